@@ -1,0 +1,1 @@
+"""specdec_lib: the library under the specdec course."""

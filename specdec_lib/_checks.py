@@ -1,0 +1,104 @@
+"""Argument validation shared by every module: clear errors, never a NaN or a silent clamp."""
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import torch
+
+SUM_TOL = 1e-4  # a distribution must sum to 1 within this
+
+
+def check_tensor(name: str, x) -> torch.Tensor:
+    """Return x as a floating tensor, or raise TypeError naming the argument."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    return x
+
+
+def check_distribution(name: str, x, *, min_dim: int = 1) -> torch.Tensor:
+    """Check that the last axis of x holds probability distributions: finite, >= 0, summing to 1."""
+    x = check_tensor(name, x)
+    if x.dim() < min_dim:
+        raise ValueError(f"{name} must have at least {min_dim} dimension(s), got shape {tuple(x.shape)}")
+    if x.shape[-1] == 0:
+        raise ValueError(f"{name} must have a non-empty last axis (the vocabulary)")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{name} must be finite (no NaN or inf entries)")
+    if (x < 0).any():
+        raise ValueError(f"{name} must be non-negative")
+    err = (x.sum(-1, dtype=torch.float64) - 1.0).abs().max().item()
+    if err > SUM_TOL:
+        raise ValueError(f"{name} must sum to 1 along its last axis (within {SUM_TOL}); off by {err:.3g}")
+    return x
+
+
+def check_same_shape(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
+    """Raise ValueError unless a and b have the same shape."""
+    if a.shape != b.shape:
+        raise ValueError(f"{name_a} and {name_b} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+
+
+def check_int(name: str, x, *, minimum: int | None = None) -> int:
+    """Return x as an int (bools and floats rejected), at least `minimum` when given."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        if isinstance(x, torch.Tensor) and x.dim() == 0 and not x.is_floating_point() and x.dtype != torch.bool:
+            x = int(x)
+        else:
+            raise TypeError(f"{name} must be an integer, got {type(x).__name__}")
+    x = int(x)
+    if minimum is not None and x < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {x}")
+    return x
+
+
+def check_real(name: str, x, *, low: float | None = None, high: float | None = None,
+               low_open: bool = False, high_open: bool = False) -> float:
+    """Return x as a float inside the given (closed unless *_open) interval; NaN is always rejected."""
+    if isinstance(x, bool) or not isinstance(x, (numbers.Real, torch.Tensor)):
+        raise TypeError(f"{name} must be a real number, got {type(x).__name__}")
+    if isinstance(x, torch.Tensor):
+        if x.numel() != 1:
+            raise TypeError(f"{name} must be a single number, got a tensor of shape {tuple(x.shape)}")
+        x = x.item()
+    x = float(x)
+    if math.isnan(x):
+        raise ValueError(f"{name} must not be NaN")
+    lo_bad = low is not None and (x <= low if low_open else x < low)
+    hi_bad = high is not None and (x >= high if high_open else x > high)
+    if lo_bad or hi_bad:
+        lb = "(" if low_open else "["
+        hb = ")" if high_open else "]"
+        lo = "-inf" if low is None else f"{low:g}"
+        hi = "inf" if high is None else f"{high:g}"
+        raise ValueError(f"{name} must lie in {lb}{lo}, {hi}{hb}, got {x:g}")
+    return x
+
+
+def check_alpha(alpha, k: int, name: str = "alpha") -> list[float]:
+    """Return k per-position acceptance rates from a number or a sequence of length k, each in [0, 1]."""
+    if isinstance(alpha, torch.Tensor) and alpha.dim() == 1:
+        alpha = alpha.tolist()
+    if isinstance(alpha, Sequence) and not isinstance(alpha, str):
+        if len(alpha) != k:
+            raise ValueError(f"{name} must have one rate per position: length k = {k}, got {len(alpha)}")
+        return [check_real(f"{name}[{i}]", a, low=0.0, high=1.0) for i, a in enumerate(alpha)]
+    a = check_real(name, alpha, low=0.0, high=1.0)
+    return [a] * k
+
+
+def check_choice(name: str, x, choices) -> str:
+    """Raise ValueError listing the valid choices unless x is one of them."""
+    if x not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {x!r}")
+    return x
+
+
+def check_generator(generator) -> torch.Generator | None:
+    """Accept None or a torch.Generator; anything else is a TypeError."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    return generator

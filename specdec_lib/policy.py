@@ -1,0 +1,44 @@
+"""Sampling policies: temperature, top-k and top-p change p and q before any acceptance arithmetic runs."""
+from __future__ import annotations
+
+import torch
+
+from ._checks import check_int, check_real, check_tensor
+
+
+def apply_policy(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None) -> torch.Tensor:
+    """Probabilities (..., V) after temperature, then top-k, then top-p; temperature 0 is greedy (one-hot argmax)."""
+    logits = check_tensor("logits", logits)
+    if logits.dim() < 1 or logits.shape[-1] == 0:
+        raise ValueError(f"logits must have a non-empty last axis (the vocabulary), got shape {tuple(logits.shape)}")
+    if torch.isnan(logits).any() or (logits == float("inf")).any():
+        raise ValueError("logits must not contain NaN or +inf (-inf marks a banned token)")
+    if (logits == float("-inf")).all(-1).any():
+        raise ValueError("logits must leave at least one token with a finite value in every row")
+    temperature = check_real("temperature", temperature, low=0.0)
+    vocab = logits.shape[-1]
+    if top_k is not None:
+        top_k = check_int("top_k", top_k, minimum=1)
+    if top_p is not None:
+        top_p = check_real("top_p", top_p, low=0.0, high=1.0, low_open=True)
+    if temperature == 0.0:  # greedy: a point mass on the first argmax
+        return torch.nn.functional.one_hot(logits.argmax(-1), vocab).to(logits.dtype)
+    z = (logits - logits.amax(-1, keepdim=True)) / temperature  # (..., V); shifting first keeps tiny T finite
+    if top_k is not None and top_k < vocab:
+        kth = torch.topk(z, top_k, dim=-1).values[..., -1:]  # (..., 1) smallest kept logit
+        z = z.masked_fill(z < kth, float("-inf"))
+    probs = torch.softmax(z, dim=-1)  # (..., V)
+    if top_p is not None and top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)  # (..., V)
+        before = sorted_p.cumsum(-1) - sorted_p  # mass strictly ahead of each token
+        keep_sorted = before < top_p  # smallest prefix reaching top_p; the top token always stays
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        probs = torch.where(keep, probs, torch.zeros_like(probs))
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def greedy_token(p_rows: torch.Tensor) -> torch.Tensor:
+    """Argmax token of each row (..., V) -> (...,): the greedy policy's choice."""
+    return p_rows.argmax(-1)

@@ -1,0 +1,124 @@
+"""Act I: one speculative step. Accepting with min(1, p/q) passes min(p, q); the residual [p - q]_+ supplies the rest."""
+from __future__ import annotations
+
+import torch
+
+from ._checks import check_choice, check_distribution, check_generator, check_int, check_same_shape, check_tensor
+
+# Single-position samplers: the honest one and the negative controls a test must reject.
+SAMPLER_MODES = {
+    "correct": "accept with min(1, p/q), resample from the normalised residual [p - q]_+",
+    "target_on_reject": "accept with min(1, p/q), resample from p itself (double-counts the overlap)",
+    "always_accept": "keep every proposal (the output is q, not p)",
+}
+
+
+def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One draw per row of non-negative weights (..., V) by inverse CDF; rows need not be normalised."""
+    cdf = weights.to(torch.float64).cumsum(-1)  # (..., V)
+    u = torch.rand(cdf.shape[:-1] + (1,), dtype=torch.float64, generator=generator, device=cdf.device)
+    # count of cdf entries <= u * total: a zero-weight token never owns an interval, and u < 1 keeps it < V
+    return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)  # (...,)
+
+
+def sample_from(p: torch.Tensor, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """n independent draws from one distribution p (V,)."""
+    return sample_rows(p.expand(n, p.shape[-1]), generator)  # (n,)
+
+
+def residual_weights(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Unnormalised residual [p - q]_+ (..., V), with p itself where p == q leaves no mass (rejection impossible there)."""
+    r = torch.clamp(p - q, min=0)  # (..., V)
+    empty = r.sum(-1, keepdim=True) <= 0  # (..., 1)
+    return torch.where(empty, p, r)
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Normalised residual r = [p - q]_+ / sum [p - q]_+ over the last axis; returns p where p == q (never NaN)."""
+    p = check_distribution("p", p)
+    q = check_distribution("q", q)
+    check_same_shape("p", p, "q", q)
+    r = residual_weights(p, q)
+    return r / r.sum(-1, keepdim=True)
+
+
+def accept_ratio(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    """min(1, p(x)/q(x)) as exp(min(0, log p(x) - log q(x))): no overflow, exactly 1 where p >= q, 0 where p = 0."""
+    return torch.exp(torch.clamp(torch.log(p_x) - torch.log(q_x), max=0.0))
+
+
+def _check_tokens(name: str, x, vocab: int) -> torch.Tensor:
+    """Return x as a LongTensor of token ids in [0, vocab)."""
+    if isinstance(x, bool):
+        raise TypeError(f"{name} must be a token id (int) or an integer tensor, got bool")
+    if isinstance(x, int):
+        x = torch.tensor(x)
+    if not isinstance(x, torch.Tensor) or x.is_floating_point() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must be a token id (int) or an integer tensor, got {type(x).__name__}")
+    x = x.long()
+    if x.numel() and (x.min() < 0 or x.max() >= vocab):
+        raise ValueError(f"{name} must hold token ids in [0, {vocab}), got values in [{int(x.min())}, {int(x.max())}]")
+    return x
+
+
+def acceptance_probability(p: torch.Tensor, q: torch.Tensor, x) -> torch.Tensor:
+    """Probability min(1, p(x)/q(x)) of keeping proposal x ~ q, computed in log space; x an int or a tensor of ids."""
+    p = check_distribution("p", p)
+    q = check_distribution("q", q)
+    check_same_shape("p", p, "q", q)
+    if p.dim() != 1:
+        raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
+    x = _check_tokens("x", x, p.shape[-1])
+    q_x = q[x]
+    if (q_x <= 0).any():
+        raise ValueError("q(x) must be > 0 at every proposed token x: a draft cannot propose a token it gives no mass")
+    return accept_ratio(p[x], q_x)
+
+
+def speculative_sample(p: torch.Tensor, q: torch.Tensor, n: int, generator: torch.Generator | None = None,
+                       *, mode: str = "correct") -> torch.Tensor:
+    """n tokens from one speculative step: propose x ~ q, keep with min(1, p/q), else draw from the residual."""
+    p = check_distribution("p", p)
+    q = check_distribution("q", q)
+    check_same_shape("p", p, "q", q)
+    if p.dim() != 1:
+        raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
+    n = check_int("n", n, minimum=1)
+    check_choice("mode", mode, tuple(SAMPLER_MODES))
+    generator = check_generator(generator)
+    x = sample_from(q, n, generator)  # (n,) proposals
+    if mode == "always_accept":
+        return x
+    keep = torch.rand(n, dtype=torch.float64, generator=generator) < accept_ratio(p[x], q[x]).double()  # (n,)
+    fallback = p if mode == "target_on_reject" else residual_weights(p, q)  # (V,)
+    out = x.clone()
+    n_rej = int((~keep).sum())
+    if n_rej:
+        out[~keep] = sample_from(fallback, n_rej, generator)
+    return out
+
+
+def empirical(samples: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Empirical distribution (vocab,) of a 1-D tensor of token ids."""
+    samples = _check_tokens("samples", samples, vocab)
+    if samples.dim() != 1 or samples.numel() == 0:
+        raise ValueError(f"samples must be a non-empty 1-D tensor of token ids, got shape {tuple(samples.shape)}")
+    return torch.bincount(samples, minlength=vocab).double() / samples.numel()
+
+
+def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
+    """TV(a, b) = 1/2 sum |a - b| for two distributions of the same shape (a joint one may have several axes)."""
+    check_same_shape("a", check_tensor("a", a), "b", check_tensor("b", b))
+    a = check_distribution("a", a.reshape(-1))
+    b = check_distribution("b", b.reshape(-1))
+    return 0.5 * (a.double() - b.double()).abs().sum().item()
+
+
+def overlap(p: torch.Tensor, q: torch.Tensor) -> float:
+    """Shared mass beta = sum min(p, q) = 1 - TV(p, q): the probability that one proposal is accepted."""
+    p = check_distribution("p", p)
+    q = check_distribution("q", q)
+    check_same_shape("p", p, "q", q)
+    if p.dim() != 1:
+        raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
+    return torch.minimum(p.double(), q.double()).sum().item()

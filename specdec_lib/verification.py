@@ -1,0 +1,107 @@
+"""Act II: walking the accept/reject test down a block of k proposals scored in one target pass."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import check_distribution, check_generator
+from .sampling import _check_tokens, accept_ratio, residual_weights, sample_rows
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Outcome of verifying one block: `accepted` proposals kept, then one target token (correction or bonus)."""
+
+    accepted: int
+    tokens: torch.Tensor  # (accepted + 1,) committed tokens
+
+
+def verify_batch(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
+                 generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unchecked batched verification: (accepted (n,), next token (n,)) for p_rows (n, k+1, V), q_rows (n, k, V)."""
+    n, k = proposals.shape
+    p_x = p_rows[:, :k].gather(-1, proposals[..., None]).squeeze(-1)  # (n, k) target prob of each proposal
+    q_x = q_rows.gather(-1, proposals[..., None]).squeeze(-1)  # (n, k) draft prob of each proposal
+    u = torch.rand(n, k, dtype=torch.float64, generator=generator, device=p_rows.device)  # (n, k)
+    ok = u < accept_ratio(p_x, q_x).double()  # (n, k)
+    accepted = ok.long().cumprod(-1).sum(-1)  # (n,) length of the accepted prefix
+    rows = torch.arange(n, device=p_rows.device)
+    p_at = p_rows[rows, accepted]  # (n, V) target row at the first rejection, or the bonus row
+    q_pad = torch.cat([q_rows, torch.zeros_like(p_rows[:, :1])], dim=1)  # (n, k+1, V); no draft at the bonus slot
+    q_at = q_pad[rows, accepted]  # (n, V)
+    # [p - q]_+ is the residual on rejection, and p itself at the bonus slot, where q is zero
+    nxt = sample_rows(residual_weights(p_at, q_at), generator)  # (n,), its own uniforms: never the acceptance one
+    return accepted, nxt
+
+
+def commit_tokens(proposals: torch.Tensor, accepted: torch.Tensor, nxt: torch.Tensor, pad: int = -1) -> torch.Tensor:
+    """Rows (n, k+1): the accepted proposals, then the target token, then `pad`."""
+    n, k = proposals.shape
+    cols = torch.arange(k + 1, device=proposals.device)  # (k+1,)
+    out = torch.cat([proposals, proposals.new_full((n, 1), pad)], dim=1)  # (n, k+1)
+    out = torch.where(cols < accepted[:, None], out, torch.full_like(out, pad))
+    return out.scatter(1, accepted[:, None], nxt[:, None])
+
+
+def _check_block(p_rows, q_rows, proposals, *, batched: bool):
+    """Validate shapes and contents of a block (or a batch of blocks)."""
+    lead = 1 if batched else 0
+    p_rows = check_distribution("p_rows", p_rows, min_dim=2 + lead)
+    q_rows = check_distribution("q_rows", q_rows, min_dim=2 + lead)
+    if p_rows.dim() != 2 + lead or q_rows.dim() != 2 + lead:
+        want = "(n, k+1, V) and (n, k, V)" if batched else "(k+1, V) and (k, V)"
+        raise ValueError(f"p_rows and q_rows must have shapes {want}, got {tuple(p_rows.shape)} and {tuple(q_rows.shape)}")
+    k = q_rows.shape[-2]
+    if p_rows.shape[-2] != k + 1 or p_rows.shape[-1] != q_rows.shape[-1] or p_rows.shape[:lead] != q_rows.shape[:lead]:
+        raise ValueError(f"p_rows must hold k+1 rows for the k = {k} rows of q_rows (one per proposal plus the bonus) "
+                         f"over the same vocabulary; got {tuple(p_rows.shape)} and {tuple(q_rows.shape)}")
+    proposals = _check_tokens("proposals", proposals, p_rows.shape[-1])
+    if tuple(proposals.shape) != tuple(q_rows.shape[:-1]):
+        raise ValueError(f"proposals must have shape {tuple(q_rows.shape[:-1])} (one token per q row), "
+                         f"got {tuple(proposals.shape)}")
+    if (q_rows.gather(-1, proposals[..., None]) <= 0).any():
+        raise ValueError("q_rows must give every proposal positive probability: "
+                         "q must be the distribution that actually produced the proposal")
+    return p_rows, q_rows, proposals
+
+
+def verify_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
+                 generator: torch.Generator | None = None) -> Verdict:
+    """Verify one block: p_rows (k+1, V) target rows, q_rows (k, V) draft rows that produced proposals (k,)."""
+    p_rows, q_rows, proposals = _check_block(p_rows, q_rows, proposals, batched=False)
+    generator = check_generator(generator)
+    accepted, nxt = verify_batch(p_rows[None], q_rows[None], proposals[None], generator)
+    a = int(accepted[0])
+    return Verdict(accepted=a, tokens=torch.cat([proposals[:a], nxt]))
+
+
+def verify_blocks(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
+                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify n blocks at once: (accepted (n,), tokens (n, k+1) padded with -1 after the committed ones)."""
+    p_rows, q_rows, proposals = _check_block(p_rows, q_rows, proposals, batched=True)
+    generator = check_generator(generator)
+    accepted, nxt = verify_batch(p_rows, q_rows, proposals, generator)
+    return accepted, commit_tokens(proposals, accepted, nxt)
+
+
+def greedy_batch(p_rows: torch.Tensor, proposals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unchecked greedy verification: accept while the target's argmax agrees; (accepted (n,), next token (n,))."""
+    n, k = proposals.shape
+    best = p_rows.argmax(-1)  # (n, k+1) the target's greedy choice at every slot
+    accepted = (best[:, :k] == proposals).long().cumprod(-1).sum(-1)  # (n,)
+    return accepted, best.gather(1, accepted[:, None]).squeeze(1)
+
+
+def verify_greedy(p_rows: torch.Tensor, proposals: torch.Tensor) -> Verdict:
+    """Greedy verification of one block: keep proposals while they equal the target's argmax, then emit its argmax."""
+    p_rows = check_distribution("p_rows", p_rows, min_dim=2)
+    if p_rows.dim() != 2:
+        raise ValueError(f"p_rows must have shape (k+1, V), got {tuple(p_rows.shape)}")
+    proposals = _check_tokens("proposals", proposals, p_rows.shape[-1])
+    if proposals.dim() != 1 or proposals.shape[0] != p_rows.shape[0] - 1:
+        raise ValueError(f"proposals must have shape ({p_rows.shape[0] - 1},): one fewer than the rows of p_rows, "
+                         f"got {tuple(proposals.shape)}")
+    accepted, nxt = greedy_batch(p_rows[None], proposals[None])
+    a = int(accepted[0])
+    return Verdict(accepted=a, tokens=torch.cat([proposals[:a], nxt]))

@@ -1,0 +1,104 @@
+"""Sampling policies: the post's temperature table, greedy as T = 0, top-k and top-p, and their validation."""
+import pytest
+import torch
+
+from specdec_lib.policy import apply_policy, greedy_token
+from specdec_lib.sampling import overlap
+
+PAIRS = {
+    "same argmax": (torch.tensor([4.0, 2.0, 1.0, 0.5]), torch.tensor([4.0, 0.5, 1.0, 2.0])),
+    "different argmax": (torch.tensor([4.0, 3.6, 1.0, 0.5]), torch.tensor([3.6, 4.0, 1.0, 0.5])),
+}
+TEMPS = [0.1, 0.3, 0.7, 1.0, 2.0, 5.0, 20.0]
+POST_TABLE = {  # the post's overlap table, 3 decimals
+    "same argmax": [1.000, 0.999, 0.953, 0.913, 0.890, 0.936, 0.982],
+    "different argmax": [0.036, 0.417, 0.725, 0.812, 0.918, 0.974, 0.995],
+}
+
+
+@pytest.mark.parametrize("name", list(PAIRS))
+def test_temperature_table_matches_post(name):
+    lp, lq = PAIRS[name]
+    got = [round(overlap(apply_policy(lp, temperature=t), apply_policy(lq, temperature=t)), 3) for t in TEMPS]
+    assert got == POST_TABLE[name]
+
+
+def test_u_shape_and_monotone_rise():
+    lp, lq = PAIRS["same argmax"]
+    same = [overlap(apply_policy(lp, temperature=t), apply_policy(lq, temperature=t)) for t in TEMPS]
+    assert min(same) < same[0] and min(same) < same[-1]  # U-shaped
+    lp, lq = PAIRS["different argmax"]
+    diff = [overlap(apply_policy(lp, temperature=t), apply_policy(lq, temperature=t)) for t in TEMPS]
+    assert all(a < b for a, b in zip(diff, diff[1:]))  # rises monotonically
+
+
+def test_temperature_one_is_softmax():
+    x = torch.tensor([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
+    assert torch.allclose(apply_policy(x), torch.softmax(x, -1))
+
+
+def test_greedy_is_one_hot_argmax_first_tie():
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0], [5.0, 1.0, 1.0, 1.0]])
+    out = apply_policy(x, temperature=0.0)
+    assert torch.equal(out, torch.tensor([[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]))
+    assert torch.equal(greedy_token(out), torch.tensor([1, 0]))
+
+
+def test_tiny_temperature_is_finite_and_near_greedy():
+    x = torch.tensor([4.0, 3.9, -2.0, float("-inf")])
+    for t in (1e-3, 1e-20, 1e-45):
+        out = apply_policy(x, temperature=t)
+        assert torch.isfinite(out).all() and out[0].item() == pytest.approx(1.0, abs=1e-12)
+    assert apply_policy(x)[3].item() == 0.0  # -inf logits are banned tokens
+
+
+def test_top_k_keeps_k_largest():
+    x = torch.tensor([0.1, 2.0, 1.0, 3.0, -1.0])
+    out = apply_policy(x, top_k=2)
+    assert torch.equal(out > 0, torch.tensor([False, True, False, True, False]))
+    assert torch.allclose(out[[1, 3]], torch.softmax(torch.tensor([2.0, 3.0]), 0))
+    assert torch.allclose(apply_policy(x, top_k=10), torch.softmax(x, 0))
+
+
+def test_top_p_smallest_prefix_reaching_p():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    x = probs.log()
+    assert torch.equal(apply_policy(x, top_p=0.5) > 0, torch.tensor([True, False, False, False]))
+    assert torch.equal(apply_policy(x, top_p=0.6) > 0, torch.tensor([True, True, False, False]))
+    assert torch.equal(apply_policy(x, top_p=0.81) > 0, torch.tensor([True, True, True, False]))
+    assert torch.allclose(apply_policy(x, top_p=1.0), probs)
+    assert torch.allclose(apply_policy(x, top_p=0.6), torch.tensor([0.625, 0.375, 0.0, 0.0]))
+    batched = apply_policy(torch.stack([x, x.flip(0)]), top_p=0.6)
+    assert torch.allclose(batched[1], torch.tensor([0.0, 0.0, 0.375, 0.625]))
+
+
+def test_order_temperature_then_top_k_then_top_p():
+    x = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    out = apply_policy(x, temperature=0.5, top_k=3, top_p=0.9)
+    ref = torch.softmax(torch.tensor([2.0, 1.0, 0.0]) / 0.5, 0)
+    keep = (ref.cumsum(0) - ref) < 0.9
+    ref = torch.where(keep, ref, torch.zeros_like(ref)); ref = ref / ref.sum()
+    assert torch.allclose(out[:3], ref) and out[3] == 0
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(temperature=-0.1), ValueError, "temperature must lie in"),
+    (dict(temperature=float("nan")), ValueError, "temperature must not be NaN"),
+    (dict(top_k=0), ValueError, "top_k must be >= 1"),
+    (dict(top_k=2.5), TypeError, "top_k must be an integer"),
+    (dict(top_p=0.0), ValueError, r"top_p must lie in \(0, 1\]"),
+    (dict(top_p=1.5), ValueError, r"top_p must lie in \(0, 1\]"),
+    (dict(top_p=-0.2), ValueError, "top_p"),
+])
+def test_policy_validation(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        apply_policy(torch.tensor([1.0, 2.0]), **kwargs)
+
+
+def test_logits_validation():
+    with pytest.raises(ValueError, match="logits must not contain NaN"):
+        apply_policy(torch.tensor([1.0, float("nan")]))
+    with pytest.raises(ValueError, match="at least one token"):
+        apply_policy(torch.tensor([float("-inf"), float("-inf")]))
+    with pytest.raises(TypeError, match="logits must be a torch.Tensor"):
+        apply_policy([1.0, 2.0])
