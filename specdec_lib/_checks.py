@@ -30,7 +30,8 @@ def check_distribution(name: str, x, *, min_dim: int = 1) -> torch.Tensor:
         raise ValueError(f"{name} must be finite (no NaN or inf entries)")
     if (x < 0).any():
         raise ValueError(f"{name} must be non-negative")
-    err = (x.sum(-1, dtype=torch.float64) - 1.0).abs().max().item()
+    sums = x.sum(-1, dtype=torch.float64)
+    err = (sums - 1.0).abs().max().item() if sums.numel() else 0.0
     if err > SUM_TOL:
         raise ValueError(f"{name} must sum to 1 along its last axis (within {SUM_TOL}); off by {err:.3g}")
     return x
