@@ -59,9 +59,10 @@ def exact_sequence_distribution(P: torch.Tensor, start: int, horizon: int) -> to
     P = check_table("P", P)
     start = check_start(start, P.shape[0])
     horizon = check_int("horizon", horizon, minimum=1)
-    dist = P[start].double()  # (V,)
+    P = P.double() / P.double().sum(-1, keepdim=True)  # float64 rows summing to 1 to machine precision
+    dist = P[start]  # (V,)
     for _ in range(horizon - 1):
-        dist = dist[..., None] * P.double()  # (V, ..., V) x (V, V) -> one more axis
+        dist = dist[..., None] * P  # (V, ..., V) x (V, V) -> one more axis
     return dist
 
 

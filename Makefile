@@ -1,0 +1,125 @@
+# specdec: build and test entry points (GNU make >= 4.0; tried with 4.3).
+#
+#   make install     create .venv (if missing) and install the exact pins of requirements.lock + specdec_lib (editable)
+#   make test        pytest tests/, then nbval over notebooks/*.ipynb (skipped while there are none)
+#   make lab         JupyterLab on notebooks/, bound to 127.0.0.1, token auth (random token unless JUPYTER_TOKEN is set)
+#   make notebooks   execute every notebooks/*.ipynb top to bottom in a fresh kernel, in place
+#   make figures     python -m specdec_lib.figures figures/ (skipped while the module does not exist)
+#   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
+#   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
+#
+# Variables: PYTHON (interpreter that creates .venv, default python3), LAB_PORT (default 8888),
+#            NB_TIMEOUT (seconds per cell for `make notebooks`, default 600).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.ONESHELL:
+.DELETE_ON_ERROR:
+MAKEFLAGS += --no-builtin-rules
+
+PYTHON ?= python3
+# The lock is resolved for Python 3.11 (numpy, ipython, matplotlib... require >= 3.11; soupsieve
+# requires >= 3.11.5), although the library alone (pyproject) accepts >= 3.10.
+MIN_PYTHON := 3.11.5
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+LAB_PORT ?= 8888
+NB_TIMEOUT ?= 600
+
+.PHONY: all install test test-lib test-notebooks lab notebooks figures lock clean distclean help
+.DEFAULT_GOAL := help
+
+help:
+	@sed -n 's/^#   \(make .*\)/\1/p' $(firstword $(MAKEFILE_LIST))
+
+all: test
+
+# Rebuilt when the lock or pyproject changes (or .venv is removed).
+$(STAMP): requirements.lock pyproject.toml
+	@check_python() {  # $1: interpreter; fails with a clear message unless it is >= MIN_PYTHON
+	  "$$1" -c 'import sys; v = tuple(int(x) for x in "$(MIN_PYTHON)".split(".")); sys.exit(0 if sys.version_info[:3] >= v else 1)' 2>/dev/null \
+	  || { echo "error: $$1 is Python $$("$$1" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo '(not runnable)');" \
+	            "specdec needs Python >= $(MIN_PYTHON) (the pins in requirements.lock need it)." \
+	            "Use e.g. 'make install PYTHON=python3.11', or 'make distclean' first if .venv was made with an older Python." >&2; exit 1; }
+	}
+	if [ ! -x $(VPY) ]; then
+	  command -v "$(PYTHON)" >/dev/null || { echo "error: '$(PYTHON)' not found; set PYTHON=/path/to/python3.11" >&2; exit 1; }
+	  check_python "$(PYTHON)"
+	  echo "+ $(PYTHON) -m venv $(VENV)"
+	  "$(PYTHON)" -m venv $(VENV)
+	fi
+	check_python $(VPY)
+	echo "+ $(VENV)/bin/pip install -r requirements.lock"
+	$(VENV)/bin/pip install -r requirements.lock
+	echo "+ $(VENV)/bin/pip install --no-deps --no-build-isolation -e ."
+	$(VENV)/bin/pip install --no-deps --no-build-isolation -e .
+	touch $@
+
+install: $(STAMP)
+
+test: test-lib test-notebooks
+
+test-lib: $(STAMP)
+	@echo "+ $(VPY) -m pytest tests/"
+	$(VPY) -m pytest tests/
+
+test-notebooks: $(STAMP)
+	@shopt -s nullglob
+	nbs=(notebooks/*.ipynb)
+	if (( $${#nbs[@]} == 0 )); then echo "test-notebooks: no notebooks/*.ipynb yet, nbval skipped"; exit 0; fi
+	echo "+ $(VPY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/"
+	$(VPY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/
+
+# Local only: 127.0.0.1 and a token, never an empty one. --allow-root only when running as root.
+lab: $(STAMP)
+	@TOKEN="$${JUPYTER_TOKEN:-}"
+	if [ -z "$$TOKEN" ]; then TOKEN="$$($(VPY) -c 'import secrets; print(secrets.token_urlsafe(32))')"; fi
+	if [ -z "$$TOKEN" ]; then echo "error: could not make a token" >&2; exit 1; fi
+	ROOT_FLAG=()
+	if [ "$$(id -u)" = 0 ]; then ROOT_FLAG=(--allow-root); fi
+	echo "JupyterLab: http://127.0.0.1:$(LAB_PORT)/lab?token=$$TOKEN"
+	export JUPYTER_PREFER_ENV_PATH=1
+	exec $(VENV)/bin/jupyter lab --no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
+	  --ServerApp.port_retries=0 --ServerApp.token="$$TOKEN" --ServerApp.root_dir=notebooks "$${ROOT_FLAG[@]}"
+
+# Fresh kernel per notebook (the venv's python3 kernel), outputs written back in place.
+notebooks: $(STAMP)
+	@shopt -s nullglob
+	nbs=(notebooks/*.ipynb)
+	if (( $${#nbs[@]} == 0 )); then echo "notebooks: no notebooks/*.ipynb yet, nothing to execute"; exit 0; fi
+	export JUPYTER_PREFER_ENV_PATH=1
+	for nb in "$${nbs[@]}"; do
+	  echo "+ jupyter nbconvert --to notebook --execute --inplace $$nb"
+	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.timeout=$(NB_TIMEOUT) "$$nb"
+	done
+
+figures: $(STAMP)
+	@if [ ! -f specdec_lib/figures.py ] && [ ! -f specdec_lib/figures/__main__.py ]; then
+	  echo "figures: specdec_lib.figures does not exist yet, skipped"; exit 0
+	fi
+	mkdir -p figures
+	echo "+ $(VPY) -m specdec_lib.figures figures/"
+	$(VPY) -m specdec_lib.figures figures/
+
+# Freeze the current .venv into requirements.lock, then environment.yml from the lock.
+lock:
+	@[ -x $(VENV)/bin/pip ] || { echo "error: no $(VENV); run 'make install' first" >&2; exit 1; }
+	$(VENV)/bin/pip freeze --all | $(VPY) tools/freeze_lock.py > requirements.lock.tmp
+	mv requirements.lock.tmp requirements.lock
+	echo "lock: wrote requirements.lock ($$(grep -vc '^#' requirements.lock) pins)"
+	$(VPY) tools/sync_environment.py requirements.lock environment.yml
+	# the venv is what the lock was made from: no reinstall needed
+	if [ -f $(STAMP) ]; then touch $(STAMP); fi
+
+clean:
+	@find . -path ./$(VENV) -prune -o -path ./.git -prune -o \
+	  \( -name __pycache__ -o -name .pytest_cache -o -name .ipynb_checkpoints -o -name '*.egg-info' \) -type d -print0 \
+	  | xargs -0 rm -rf
+	rm -rf build dist _book .coverage htmlcov requirements.lock.tmp
+	echo "clean: caches removed (.venv kept)"
+
+distclean: clean
+	@rm -rf $(VENV)
+	echo "distclean: .venv removed"

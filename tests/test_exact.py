@@ -1,0 +1,106 @@
+"""The exact decoder distribution: exact modes equal the target to 1e-12, broken modes match the sampler."""
+import pytest
+import torch
+
+import specdec_lib as sd
+from specdec_lib.exact import exact_decoder_distribution
+from stats import tv_bound
+
+CH = sd.reference_chain()
+
+
+def tv(a, b):
+    return 0.5 * (a - b).abs().sum().item()
+
+
+@pytest.mark.parametrize("horizon", [1, 2, 3, 4])
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 4, 5, 6, 7, 8])
+def test_exact_modes_equal_target(horizon, k):
+    target = sd.exact_sequence_distribution(CH.P, 0, horizon)
+    for mode in ("correct", "bad_draft"):
+        got = exact_decoder_distribution(CH.P, CH.Q, 0, horizon, k, mode, Q_bad=CH.Q_bad)
+        assert got.shape == target.shape and got.dtype == torch.float64
+        assert (got - target).abs().max().item() < 1e-12
+
+
+def test_exact_engine_on_adversarial_tables():
+    # one-hot rows, zeros where the target has mass, and disjoint supports
+    P = torch.tensor([[0.5, 0.5, 0.0], [0.0, 0.2, 0.8], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    Q = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.3, 0.3, 0.4]], dtype=torch.float64)
+    target = sd.exact_sequence_distribution(P, 1, 4)
+    for k in range(5):
+        assert tv(exact_decoder_distribution(P, Q, 1, 4, k), target) < 1e-12
+
+
+def brute_force_one_round(P, Q, start, mode):
+    """k = 1, horizon 2, written out by hand: sum over proposal y, accept or reject, then bonus / next round."""
+    V = P.shape[0]
+    out = torch.zeros(V, V, dtype=torch.float64)
+
+    def first_token_law(s):  # distribution of (committed tokens) after one round from state s, k = 1
+        law = {}
+        for y in range(V):
+            p = P[y] if mode == "off_by_one" else P[s]
+            a = min(1.0, (p[y] / Q[s, y]).item())
+            law[(y,)] = law.get((y,), 0.0) + Q[s, y].item() * a  # accepted; bonus follows
+            r = torch.clamp(p - Q[s], min=0)
+            r = p if r.sum() <= 0 else r / r.sum()
+            for z in range(V):
+                law[("rej", z)] = law.get(("rej", z), 0.0) + Q[s, y].item() * (1 - a) * r[z].item()
+        return law
+
+    for key, m in first_token_law(start).items():
+        if key[0] == "rej":
+            z = key[1]
+            for key2, m2 in first_token_law(z).items():  # the second token comes from another round
+                out[z, key2[-1]] += m * m2
+        else:
+            y = key[0]
+            out[y] += m * P[y]  # bonus after an accepted proposal
+    return out
+
+
+@pytest.mark.parametrize("mode", ["correct", "off_by_one"])
+def test_exact_engine_against_hand_enumeration(mode):
+    P = CH.P.double() / CH.P.double().sum(-1, keepdim=True)
+    Q = CH.Q.double() / CH.Q.double().sum(-1, keepdim=True)
+    want = brute_force_one_round(P, Q, 0, mode)
+    got = exact_decoder_distribution(P, Q, 0, 2, 1, mode)
+    assert (got - want).abs().max().item() < 1e-12
+
+
+N = 200_000
+
+
+@pytest.mark.parametrize("mode", list(sd.DECODER_MODES))
+def test_sampler_agrees_with_exact_engine(mode):
+    exact = exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, mode, Q_bad=CH.Q_bad)
+    g = torch.Generator().manual_seed(21)
+    samples = sd.decode_markov(CH.P, CH.Q, 0, 3, 4, N, mode, g, Q_bad=CH.Q_bad)
+    assert sd.sequence_tv(samples, exact) < tv_bound(exact, N)
+
+
+def test_broken_modes_have_true_tv():
+    target = sd.exact_sequence_distribution(CH.P, 0, 3)
+    tvs = {m: tv(exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, m, Q_bad=CH.Q_bad), target)
+           for m in sd.DECODER_MODES}
+    assert tvs["correct"] < 1e-12 and tvs["bad_draft"] < 1e-12
+    assert round(tvs["mismatched_q"], 3) == 0.279
+    assert round(tvs["phantom_history"], 3) == 0.039
+    assert round(tvs["off_by_one"], 3) == 0.897
+
+
+def test_negative_control_a_sampler_with_another_mode_fails():
+    exact = exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, "phantom_history")
+    g = torch.Generator().manual_seed(22)
+    samples = sd.decode_markov(CH.P, CH.Q, 0, 3, 4, N, "correct", g)
+    assert sd.sequence_tv(samples, exact) > tv_bound(exact, N)
+
+
+def test_exact_engine_validation():
+    with pytest.raises(ValueError, match="mode must be one of"):
+        exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, "nope")
+    with pytest.raises(ValueError, match="needs Q_bad"):
+        exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, "mismatched_q")
+    with pytest.raises(ValueError, match="k must be >= 0"):
+        exact_decoder_distribution(CH.P, CH.Q, 0, 3, -1)
