@@ -13,6 +13,7 @@ from .chain import (ReferenceChain, direct_sample, empirical_sequences, exact_se
                     random_table, reference_chain, sequence_tv)
 from .cost import BestK, best_k, speedup, speedup_grid
 from .decoders import DECODER_MODES, decode_markov
+from .exact import exact_decoder_distribution
 from .policy import apply_policy, greedy_token
 from .sampling import (SAMPLER_MODES, acceptance_probability, empirical, overlap, residual, sample_from,
                        sample_rows, speculative_sample, total_variation)
@@ -30,7 +31,7 @@ __all__ = [
     # Act II
     "Verdict", "verify_block", "verify_blocks", "verify_greedy", "ReferenceChain", "reference_chain",
     "random_table", "exact_sequence_distribution", "direct_sample", "empirical_sequences", "sequence_tv",
-    "decode_markov", "DECODER_MODES", "TinyCausalLM", "incremental_scores", "block_scores", "check_alignment",
+    "decode_markov", "DECODER_MODES", "exact_decoder_distribution", "TinyCausalLM", "incremental_scores", "block_scores", "check_alignment",
     "AlignmentReport", "alignment_tv",
     # Act III
     "expected_accepted", "expected_tokens", "full_block_probability", "reach_probabilities", "simulate_blocks",
