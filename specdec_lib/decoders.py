@@ -1,12 +1,17 @@
-"""Act II: a block decoder on the Markov chain, with the post's four ways to be wrong, all n sequences at once."""
+"""Act II: a block decoder on the Markov chain, with the post's four ways to be wrong, all n sequences at once.
+
+On a Markov chain every quantity a round needs depends on one or two states, so the decoder precomputes
+them as tables (acceptance probabilities, residual CDFs) with the same functions `verify_block` uses, and a
+round becomes a few gathers and comparisons over all unfinished sequences.
+"""
 from __future__ import annotations
 
 import torch
 
 from ._checks import check_choice, check_generator, check_int
 from .chain import check_start, check_table
-from .sampling import sample_rows
-from .verification import commit_tokens, verify_batch
+from .policy import policy_table
+from .sampling import accept_ratio, residual_weights
 
 DECODER_MODES = {
     "correct": "everything consistent: propose from Q, ratio with Q, target at the committed prefix",
@@ -17,26 +22,43 @@ DECODER_MODES = {
 }
 
 
-def _draft(table: torch.Tensor, last: torch.Tensor, k: int, generator) -> torch.Tensor:
-    """k proposals (m, k) drawn autoregressively from a Markov draft table, starting after tokens `last` (m,)."""
-    props = torch.empty(last.shape[0], k, dtype=torch.long)
-    cur = last
-    for j in range(k):
-        cur = sample_rows(table[cur], generator)  # (m,)
-        props[:, j] = cur
-    return props
+def cdf_table(weights: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF table (..., V) in float64: token i owns [cdf[i-1], cdf[i]); from the last positive weight on, +inf."""
+    w = weights.double()
+    cdf = (w / w.sum(-1, keepdim=True)).cumsum(-1)
+    V = w.shape[-1]
+    last = V - 1 - (w > 0).flip(-1).double().argmax(-1, keepdim=True)  # (..., 1) last token with mass
+    return torch.where(torch.arange(V) >= last, torch.inf, cdf)  # rounding can never hand u < 1 to a zero-mass tail
+
+
+def draw(cdf_rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Tokens (m,) from CDF rows (m, V) and uniforms (m,)."""
+    return torch.searchsorted(cdf_rows, u[:, None], right=True).squeeze(1)
+
+
+def accept_table(P: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
+    """acc[r, c, y] = min(1, P[r, y] / R[c, y]): target row r judges proposal y, which the verifier believes R[c] made."""
+    acc = accept_ratio(P.double()[:, None, :], R.double()[None, :, :])  # (V, V, V)
+    return torch.nan_to_num(acc, nan=0.0)  # 0/0 only at pairs no consistent draft proposes
+
+
+def residual_table(P: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
+    """CDF of [P[r] - R[c]]_+ at [r, c]; the extra c = V row is the bonus slot (no draft there): P[r] itself."""
+    R_ext = torch.cat([R.double(), torch.zeros(1, R.shape[1], dtype=torch.float64)])  # (V+1, V)
+    return cdf_table(residual_weights(P.double()[:, None, :], R_ext[None, :, :]))  # (V, V+1, V)
 
 
 def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k: int, n: int,
                   mode: str = "correct", generator: torch.Generator | None = None, *,
-                  Q_bad: torch.Tensor | None = None) -> torch.Tensor:
+                  Q_bad: torch.Tensor | None = None, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None, log=None) -> torch.Tensor:
     """n sequences (n, horizon) from a speculative block decoder over Markov target P and draft Q.
 
-    Rounds run for every unfinished sequence at once; `mode` picks one of DECODER_MODES (bad_draft and
-    mismatched_q also need `Q_bad`).
+    `mode` picks one of DECODER_MODES (bad_draft and mismatched_q also need `Q_bad`). The sampling policy
+    (temperature 0 is greedy) is applied to every table before decoding, as a serving stack applies it to
+    both models. A SpecDecodeLog passed as `log` records every round.
     """
-    P = check_table("P", P)
-    Q = check_table("Q", Q)
+    P, Q = check_table("P", P), check_table("Q", Q)
     if Q.shape != P.shape:
         raise ValueError(f"P and Q must have the same shape, got {tuple(P.shape)} and {tuple(Q.shape)}")
     check_choice("mode", mode, tuple(DECODER_MODES))
@@ -51,32 +73,47 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k:
     k = check_int("k", k, minimum=0)
     n = check_int("n", n, minimum=1)
     generator = check_generator(generator)
+    if log is not None and getattr(log, "k", None) != k:
+        raise ValueError(f"log must be a SpecDecodeLog with the same k = {k}")
+    P, Q, Q_bad = (None if t is None else policy_table(t, temperature, top_k, top_p) for t in (P, Q, Q_bad))
 
-    propose_from = Q_bad if mode == "bad_draft" else Q  # the distribution that really samples
-    ratio_with = Q_bad if mode in ("bad_draft", "mismatched_q") else Q  # the one the verifier believes in
+    V = P.shape[0]
+    propose = Q_bad if mode == "bad_draft" else Q  # the distribution that really samples
+    ratio = Q_bad if mode in ("bad_draft", "mismatched_q") else Q  # the one the verifier believes in
+    draft_cdf, acc, res_cdf = cdf_table(propose), accept_table(P, ratio).reshape(-1), residual_table(P, ratio)
+    phantom_cdf = cdf_table(Q)
+
     buf = torch.empty(n, horizon + k + 2, dtype=torch.long)  # committed tokens, plus room for one round's overshoot
-    length = torch.zeros(n, dtype=torch.long)  # committed tokens per sequence
-    last = torch.full((n,), start, dtype=torch.long)  # last committed token (the Markov state)
-    while True:
-        live = (length < horizon).nonzero().squeeze(1)  # (m,) unfinished sequences
-        if live.numel() == 0:
-            break
-        s, at = last[live], length[live]  # (m,), (m,)
-        props = _draft(propose_from, s, k, generator)  # (m, k)
-        ctx = torch.cat([s[:, None], props], dim=1)  # (m, k+1) the token each slot conditions on
-        judge = props if mode == "off_by_one" else ctx[:, :k]  # (m, k) state whose target row judges proposal j
-        p_rows = torch.cat([P[judge], P[ctx[:, k:]]], dim=1)  # (m, k+1, V); last row: the bonus after y_k
-        q_rows = ratio_with[ctx[:, :k]]  # (m, k, V)
-        accepted, nxt = verify_batch(p_rows, q_rows, props, generator)
-        cols = at[:, None] + torch.arange(k + 1)  # (m, k+1) where this round's tokens land
-        buf[live[:, None], cols] = commit_tokens(props, accepted, nxt)  # tail past the commit is overwritten later
+    length = torch.zeros(n, dtype=torch.long)  # tokens committed per sequence
+    last = torch.full((n,), start, dtype=torch.long)  # last committed token: the Markov state
+    live = torch.arange(n)  # unfinished sequences
+    while live.numel():
+        m = live.numel()
+        u = torch.rand(2 * k + 2, m, dtype=torch.float64, generator=generator)  # rows: draft | accept | residual | phantom
+        ctx = torch.empty(m, k + 1, dtype=torch.long)  # ctx[:, j]: the token proposal j + 1 conditions on
+        ctx[:, 0] = last[live]
+        for j in range(k):
+            ctx[:, j + 1] = draw(draft_cdf[ctx[:, j]], u[j])
+        props, before = ctx[:, 1:], ctx[:, :k]  # (m, k) proposals and their contexts
+        judge = props if mode == "off_by_one" else before  # (m, k) state whose target row judges proposal j
+        ok = u[k:2 * k].T < acc[(judge * V + before) * V + props]  # (m, k)
+        accepted = ok.long().cumprod(-1).sum(-1)  # (m,) accepted prefix
+        at_slot = accepted[:, None]
+        row = torch.cat([judge, ctx[:, k:]], 1).gather(1, at_slot).squeeze(1)  # target row at the slot; bonus: P[y_k]
+        believed = torch.cat([before, torch.full((m, 1), V)], 1).gather(1, at_slot).squeeze(1)  # V: no draft (bonus)
+        nxt = draw(res_cdf[row, believed], u[2 * k])  # (m,) correction or bonus token
+        tokens = torch.cat([props, nxt[:, None]], 1).scatter(1, at_slot, nxt[:, None])  # (m, k+1); tail is scratch
+        at = length[live]
+        buf[live[:, None], at[:, None] + torch.arange(k + 1)] = tokens  # scratch past the commit is overwritten later
         at = at + accepted + 1
+        if log is not None:
+            log.record_rounds(accepted)
         if mode == "phantom_history":
             more = at < horizon  # an unverified draft token slips into the history
-            phantom = sample_rows(Q[nxt], generator)  # (m,)
+            phantom = draw(phantom_cdf[nxt], u[2 * k + 1])
             buf[live[more], at[more]] = phantom[more]
             nxt = torch.where(more, phantom, nxt)
             at = at + more.long()
-        length[live] = at
-        last[live] = nxt
+        length[live], last[live] = at, nxt
+        live = live[at < horizon]
     return buf[:, :horizon]

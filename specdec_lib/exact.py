@@ -6,6 +6,7 @@ import torch
 from ._checks import check_choice, check_int
 from .chain import check_start, check_table
 from .decoders import DECODER_MODES
+from .policy import policy_table
 
 
 def _walk_rounds(P, propose, ratio, Q, start: int, horizon: int, k: int, mode: str) -> torch.Tensor:
@@ -46,7 +47,7 @@ def _walk_rounds(P, propose, ratio, Q, start: int, horizon: int, k: int, mode: s
             if d <= 0:
                 continue
             p = P[y] if mode == "off_by_one" else P[ctx]  # the target row that judges y
-            a = min(1.0, p[y] / q[y])
+            a = min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0)  # as accept_table: p/0 = inf, 0/0 -> 0
             if a > 0:
                 walk(seq + (y,), y, j + 1, mass * d * a)
             if a < 1:
@@ -65,10 +66,13 @@ def _walk_rounds(P, propose, ratio, Q, start: int, horizon: int, k: int, mode: s
 
 
 def exact_decoder_distribution(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k: int,
-                               mode: str = "correct", *, Q_bad: torch.Tensor | None = None) -> torch.Tensor:
+                               mode: str = "correct", *, Q_bad: torch.Tensor | None = None,
+                               temperature: float = 1.0, top_k: int | None = None,
+                               top_p: float | None = None) -> torch.Tensor:
     """The decoder's exact output distribution over all V^horizon sequences, shape (V,) * horizon, in float64.
 
-    Tables are taken in float64 with rows renormalised, exactly as exact_sequence_distribution takes P.
+    Tables are taken in float64 with rows renormalised, exactly as exact_sequence_distribution takes P; the
+    sampling policy is applied to every table first, as decode_markov applies it (temperature 0 is greedy).
     """
     P = check_table("P", P)
     Q = check_table("Q", Q)
@@ -84,6 +88,7 @@ def exact_decoder_distribution(P: torch.Tensor, Q: torch.Tensor, start: int, hor
     start = check_start(start, P.shape[0])
     horizon = check_int("horizon", horizon, minimum=1)
     k = check_int("k", k, minimum=0)
+    P, Q, Q_bad = (None if t is None else policy_table(t, temperature, top_k, top_p) for t in (P, Q, Q_bad))
     propose = Q_bad if mode == "bad_draft" else Q
     ratio = Q_bad if mode in ("bad_draft", "mismatched_q") else Q
     rows = [_stochastic_rows(t) for t in (P, propose, ratio, Q)]  # plain floats: the walk is scalar code

@@ -42,3 +42,11 @@ def apply_policy(logits: torch.Tensor, temperature: float = 1.0, top_k: int | No
 def greedy_token(p_rows: torch.Tensor) -> torch.Tensor:
     """Argmax token of each row (..., V) -> (...,): the greedy policy's choice."""
     return p_rows.argmax(-1)
+
+
+def policy_table(table: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                 top_p: float | None = None) -> torch.Tensor:
+    """Apply a sampling policy to every row of a probability table; the default policy returns it unchanged."""
+    if temperature == 1.0 and top_k is None and top_p is None:
+        return table
+    return apply_policy(torch.log(table.double()), temperature=temperature, top_k=top_k, top_p=top_p)

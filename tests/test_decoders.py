@@ -4,7 +4,6 @@ import torch
 
 import specdec_lib.decoders as D
 from specdec_lib.chain import exact_sequence_distribution, reference_chain, sequence_tv
-from specdec_lib.sampling import accept_ratio, sample_rows
 from stats import tv_bound
 
 CH = reference_chain()
@@ -13,9 +12,9 @@ N = 200_000
 BOUND = tv_bound(EXACT, N)  # about 0.013 at N = 200,000 over 125 sequences
 
 
-def decode(mode="correct", k=4, n=N, seed=0, **kw):
+def decode(mode="correct", k=4, n=N, seed=0, horizon=CH.horizon, **kw):
     g = torch.Generator().manual_seed(seed)
-    return D.decode_markov(CH.P, CH.Q, CH.start, CH.horizon, k, n, mode, g, Q_bad=CH.Q_bad, **kw)
+    return D.decode_markov(CH.P, CH.Q, CH.start, horizon, k, n, mode, g, Q_bad=CH.Q_bad, **kw)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
@@ -42,24 +41,62 @@ def test_broken_decoders_are_caught(mode, post_tv):
     assert abs(tv - post_tv) < BOUND + 0.011
 
 
-# --- negative controls at the verifier: swap in a wrong verifier and the same test must fail -------
-def p_on_reject(p_rows, q_rows, props, g):
-    n, k = props.shape
-    p_x = p_rows[:, :k].gather(-1, props[..., None]).squeeze(-1)
-    q_x = q_rows.gather(-1, props[..., None]).squeeze(-1)
-    a = (torch.rand(n, k, generator=g, dtype=torch.float64) < accept_ratio(p_x, q_x).double()).long().cumprod(-1).sum(-1)
-    return a, sample_rows(p_rows[torch.arange(n), a], g)
+# --- negative controls at the verifier: swap in a wrong table and the same test must fail ------------
+def p_on_reject(P, R):
+    """Residual table that resamples from the target row itself (the bonus slot stays right)."""
+    return D.cdf_table(P.double()[:, None, :].expand(-1, R.shape[0] + 1, -1))
 
 
-def always_accept(p_rows, q_rows, props, g):
-    n, k = props.shape
-    return torch.full((n,), k), sample_rows(p_rows[:, k], g)
+def always_accept(P, R):
+    return torch.ones(P.shape[0], P.shape[0], P.shape[0], dtype=torch.float64)
 
 
-@pytest.mark.parametrize("wrong", [p_on_reject, always_accept])
-def test_wrong_verifier_fails_the_same_test(monkeypatch, wrong):
-    monkeypatch.setattr(D, "verify_batch", wrong)
+@pytest.mark.parametrize("name, wrong", [("residual_table", p_on_reject), ("accept_table", always_accept)])
+def test_wrong_verifier_fails_the_same_test(monkeypatch, name, wrong):
+    monkeypatch.setattr(D, name, wrong)
     assert sequence_tv(decode(), EXACT) > BOUND
+
+
+def test_greedy_speculative_equals_plain_greedy():
+    # temperature 0: every sequence is the target's greedy path, token for token, whatever the draft
+    path, cur = [], CH.start
+    for _ in range(6):
+        cur = int(CH.P[cur].argmax()); path.append(cur)
+    for mode in ("correct", "bad_draft"):
+        for k in (0, 1, 3, 8):
+            s = decode(mode, k=k, n=64, horizon=6, temperature=0.0)
+            assert (s == torch.tensor(path)).all()
+    # negative control: the off-by-one decoder leaves the greedy path
+    assert not (decode("off_by_one", n=64, horizon=6, temperature=0.0) == torch.tensor(path)).all()
+
+
+def test_policy_is_applied_to_target_and_draft():
+    # under top-k = 2 the decoder samples the top-2-truncated target chain exactly
+    from specdec_lib.policy import policy_table
+    P2 = policy_table(CH.P, top_k=2)
+    exact2 = exact_sequence_distribution(P2, CH.start, CH.horizon)
+    s = decode(top_k=2)
+    assert sequence_tv(s, exact2) < tv_bound(exact2, N) < sequence_tv(s, EXACT)
+
+
+def test_log_records_every_round():
+    from specdec_lib.telemetry import SpecDecodeLog
+    log = SpecDecodeLog(k=4)
+    decode(n=20_000, log=log)
+    summary = log.summary()
+    assert summary.rounds >= 20_000 and summary.tokens >= 3 * 20_000
+    assert summary.tokens_per_target_call == pytest.approx(1 + sum(summary.acceptance_rate_by_position))
+    with pytest.raises(ValueError, match="log must be a SpecDecodeLog with the same k"):
+        decode(n=10, log=SpecDecodeLog(k=3))
+
+
+def test_cdf_table_never_draws_zero_mass():
+    w = torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 2.0]])
+    cdf = D.cdf_table(w)
+    u = torch.tensor([0.0, 0.2999999, 0.3, 0.9999999999999999])
+    for r, allowed in enumerate([{1, 3}, {0}, {4}]):
+        got = D.draw(cdf[r].expand(len(u), 5).contiguous(), u)
+        assert set(got.tolist()) <= allowed
 
 
 def test_generator_reproducible_and_streams_differ():

@@ -104,3 +104,24 @@ def test_exact_engine_validation():
         exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, "mismatched_q")
     with pytest.raises(ValueError, match="k must be >= 0"):
         exact_decoder_distribution(CH.P, CH.Q, 0, 3, -1)
+
+
+def test_greedy_exact_distribution_is_a_point_mass_on_the_greedy_path():
+    path, cur = [], 0
+    for _ in range(4):
+        cur = int(CH.P[cur].argmax()); path.append(cur)
+    for mode in ("correct", "bad_draft"):
+        for k in (0, 1, 4, 8):
+            d = exact_decoder_distribution(CH.P, CH.Q, 0, 4, k, mode, Q_bad=CH.Q_bad, temperature=0.0)
+            assert d[tuple(path)].item() == 1.0 and d.sum().item() == 1.0
+    # negative control: the off-by-one decoder under greedy puts its mass elsewhere
+    d = exact_decoder_distribution(CH.P, CH.Q, 0, 4, 4, "off_by_one", temperature=0.0)
+    assert d[tuple(path)].item() < 1.0
+
+
+def test_policies_keep_the_decoder_exact_for_the_transformed_target():
+    from specdec_lib.policy import policy_table
+    for kw in (dict(temperature=0.5), dict(top_k=2), dict(top_p=0.8), dict(temperature=2.0, top_k=3)):
+        target = sd.exact_sequence_distribution(policy_table(CH.P, **kw), 0, 3)
+        got = exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, **kw)
+        assert (got - target).abs().max().item() < 1e-12, kw

@@ -155,3 +155,16 @@ def test_verify_blocks_validation_and_generator():
         Vf.verify_block(P_ROWS, Q_ROWS, torch.tensor([0, 1]), generator=42)
     with pytest.raises(ValueError, match="proposals must have shape"):
         Vf.verify_greedy(P_ROWS, torch.tensor([0]))
+
+
+def test_greedy_is_the_sampling_rule_on_one_hot_rows():
+    # temperature 0 turns p and q into one-hot rows; the general rule then accepts while the argmaxes agree
+    from specdec_lib.policy import apply_policy
+    g = torch.Generator().manual_seed(3)
+    for _ in range(30):
+        p = rows(int(torch.randint(0, 10_000, (1,), generator=g)), K + 1, sharp=2.0)
+        props = torch.randint(0, V, (K,), generator=g)
+        q1 = torch.nn.functional.one_hot(props, V).float()  # a greedy draft proposes its argmax for sure
+        sampled = Vf.verify_block(apply_policy(p.log(), temperature=0.0), q1, props, generator=g)
+        greedy = Vf.verify_greedy(p, props)
+        assert torch.equal(sampled.tokens, greedy.tokens)
