@@ -5,6 +5,7 @@
 #   make lab         JupyterLab on notebooks/, bound to 127.0.0.1, token auth (random token unless JUPYTER_TOKEN is set)
 #   make notebooks   execute every notebooks/*.ipynb top to bottom in a fresh kernel, in place
 #   make figures     python -m specdec_lib.figures figures/ (skipped while the module does not exist)
+#   make bench       time batched decode_markov against a per-sample loop (benchmarks/bench_markov.py)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
@@ -27,7 +28,7 @@ STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 NB_TIMEOUT ?= 600
 
-.PHONY: all install test test-lib test-notebooks lab notebooks figures lock clean distclean help
+.PHONY: all install test test-lib test-notebooks lab notebooks figures bench lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -102,6 +103,9 @@ figures: $(STAMP)
 	mkdir -p figures
 	echo "+ $(VPY) -m specdec_lib.figures figures/"
 	$(VPY) -m specdec_lib.figures figures/
+
+bench: $(STAMP)
+	$(VPY) benchmarks/bench_markov.py
 
 # Freeze the current .venv into requirements.lock, then environment.yml from the lock.
 lock:
