@@ -93,7 +93,8 @@ notebooks: $(STAMP)
 	for nb in "$${nbs[@]}"; do
 	  echo "+ jupyter nbconvert --to notebook --execute --inplace $$nb"
 	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.timeout=$(NB_TIMEOUT) "$$nb"
+	    --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.timeout=$(NB_TIMEOUT) \
+	    --ExecutePreprocessor.record_timing=False "$$nb"
 	done
 
 figures: $(STAMP)

@@ -14,7 +14,8 @@ from .chain import (ReferenceChain, direct_sample, empirical_sequences, exact_se
 from .cost import BestK, best_k, speedup, speedup_grid
 from .decoders import DECODER_MODES, decode_markov
 from .exact import exact_decoder_distribution
-from .policy import apply_policy, greedy_token
+from .noise import rate_noise, tv_noise_bound, tv_noise_mean
+from .policy import apply_policy, greedy_token, policy_table
 from .sampling import (SAMPLER_MODES, acceptance_probability, empirical, overlap, residual, sample_from,
                        sample_rows, speculative_sample, total_variation)
 from .telemetry import SpecDecodeLog, SpecDecodeSummary
@@ -27,7 +28,8 @@ __version__ = "0.1.0"
 __all__ = [
     # Act I
     "residual", "acceptance_probability", "speculative_sample", "total_variation", "overlap", "empirical",
-    "sample_from", "sample_rows", "SAMPLER_MODES", "apply_policy", "greedy_token",
+    "sample_from", "sample_rows", "SAMPLER_MODES", "apply_policy", "greedy_token", "policy_table",
+    "tv_noise_bound", "tv_noise_mean", "rate_noise",
     # Act II
     "Verdict", "verify_block", "verify_blocks", "verify_greedy", "ReferenceChain", "reference_chain",
     "random_table", "exact_sequence_distribution", "direct_sample", "empirical_sequences", "sequence_tv",

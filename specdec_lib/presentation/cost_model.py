@@ -1,0 +1,152 @@
+"""Act IV figures: where the cost equation S(k) = E[N(k)] / (k c_d + c_v(k)) says speculation pays.
+
+Pure plotting functions (keyword arguments, the post's parameters as defaults, a fresh Figure each),
+one slider view built from them, and FIGURES for `make figures`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from matplotlib.colors import TwoSlopeNorm
+
+from .. import cost
+from .style import COLORS, new_figure
+from .widgets import explorer
+
+SLOWER_GID = "slower_than_plain"  # the hatched region S < 1
+PARITY_GID = "parity"  # the contour S = 1
+BEST_K_GID = "best_k"  # markers / labels of the best draft length
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """c_v(k) = base + slope * k, in units of one target decode step; prints as the formula."""
+
+    base: float
+    slope: float
+
+    def __call__(self, k: int) -> float:
+        return self.base + self.slope * k
+
+    def __str__(self) -> str:
+        return f"{self.base:g} + {self.slope:g} k"
+
+
+MEMORY_BOUND = LinearCost(1.0, 0.05)  # the post's k sweep: k extra positions cost almost nothing
+COMPUTE_BOUND = LinearCost(1.0, 0.5)  # illustrative only: each extra position costs half a decode step
+
+
+def _label(c_v) -> str:
+    """How a c_v (number, LinearCost or function) reads in a title."""
+    if isinstance(c_v, (int, float)):
+        return f"{c_v:g}"
+    return str(c_v) if isinstance(c_v, LinearCost) else getattr(c_v, "__name__", "c_v(k)")
+
+
+ALPHAS_FINE = [round(0.30 + 0.01 * i, 2) for i in range(66)]  # the heat map's rows: alpha 0.30 .. 0.95
+C_DS_FINE = [round(0.01 * i, 2) for i in range(51)]  # its columns: c_d 0.00 .. 0.50
+
+
+def plot_speedup_heatmap(*, k: int = 8, c_v: float = 1.6, alphas: Sequence[float] | None = None,
+                         c_ds: Sequence[float] | None = None, point: tuple[float, float] | None = None,
+                         k_max: int = 32):
+    """Speedup S(k) over alpha (rows) x c_d (columns); S < 1 hatched, S = 1 contoured.
+
+    point = (alpha, c_d) marks one configuration and annotates its S(k) and its best draft length
+    in 0..k_max at the same c_v.
+    """
+    alphas = ALPHAS_FINE if alphas is None else list(alphas)
+    c_ds = C_DS_FINE if c_ds is None else list(c_ds)
+    grid = cost.speedup_grid(alphas, c_ds, k, c_v)  # (A, C) float64
+    fig, ax = new_figure(width=6.4, height=4.2)
+    ax.grid(False)
+    lo, hi = float(grid.min()), float(grid.max())
+    norm = TwoSlopeNorm(vcenter=1.0, vmin=min(lo, 0.99), vmax=max(hi, 1.01))  # white at parity
+    mesh = ax.pcolormesh(c_ds, alphas, grid.numpy(), cmap="RdBu", norm=norm, shading="nearest")
+    bar = fig.colorbar(mesh, ax=ax, label=f"speedup S({k})")
+    ticks = []  # 1 always; others only where they do not crowd their neighbours on the bar
+    for t in (1, 0.75, 0.5, 0.25, 1.5, 2, 3, 4, 6, 8, 12, 16):
+        if norm.vmin <= t <= norm.vmax and all(abs(float(norm(t)) - float(norm(u))) >= 0.08 for u in ticks):
+            ticks.append(t)
+    bar.set_ticks(sorted(ticks))
+    bar.ax.yaxis.set_major_formatter("{x:g}")
+    if lo < 1.0 < hi:
+        slower = ax.contourf(c_ds, alphas, grid.numpy(), levels=[lo - 1.0, 1.0], colors="none",
+                             hatches=["//"])
+        slower.set_gid(SLOWER_GID)
+        slower.set_hatchcolor(COLORS["wrong"])
+        slower.set_linewidth(0)
+        parity = ax.contour(c_ds, alphas, grid.numpy(), levels=[1.0], colors="black", linewidths=1.2)
+        parity.set_gid(PARITY_GID)
+    if point is not None:
+        alpha, c_d = point
+        s = cost.speedup(alpha, c_d, k, c_v)
+        best = cost.best_k(alpha, c_d, c_v, k_max)
+        ax.plot([c_d], [alpha], marker="o", markersize=8, markerfacecolor="white",
+                markeredgecolor="black", linestyle="none", gid=BEST_K_GID, clip_on=False)
+        right = c_d > (c_ds[0] + c_ds[-1]) / 2  # keep the label inside the axes
+        low = alpha < (alphas[0] + alphas[-1]) / 2
+        ax.annotate(f"S({k}) = {s:.2f}\nbest k = {best.k} (S = {best.speedup:.2f})", (c_d, alpha),
+                    xytext=(-8 if right else 8, 8 if low else -8), textcoords="offset points", fontsize=8,
+                    ha="right" if right else "left", va="bottom" if low else "top",
+                    bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85})
+    ax.set_xlabel("draft cost c_d (target decode steps per draft step)")
+    ax.set_ylabel("conditional acceptance α")
+    ax.set_title(f"S(k) at k = {k}, c_v = {_label(c_v)}\nhatched below the S = 1 line: slower than plain decoding",
+                 fontsize=10)
+    return fig
+
+
+def plot_k_sweep(*, alphas: Sequence[float] = (0.5, 0.7, 0.9), c_d: float = 0.15,
+                 c_v: float | Callable[[int], float] = MEMORY_BOUND, k_max: int = 32):
+    """S(k) against k = 1..k_max for each alpha (log2 axis), the best k of each curve marked."""
+    ks = list(range(1, k_max + 1))
+    fig, ax = new_figure()
+    palette = [COLORS["target"], COLORS["draft"], COLORS["overlap"], COLORS["neutral"], COLORS["wrong"]]
+    for i, alpha in enumerate(alphas):
+        best = cost.best_k(alpha, c_d, c_v, k_max)  # speedups[k] for k = 0..k_max
+        color = palette[i % len(palette)]
+        note = f"best k = {best.k}" if best.k else "best k = 0: do not speculate"
+        ax.plot(ks, best.speedups[1:], color=color, marker=".", label=f"α = {alpha:g}  ({note})")
+        if best.k:  # k = 0 (plain decoding) lies off this axis; the legend says so
+            ax.plot([best.k], [best.speedup], marker="*", markersize=12, color=color,
+                    linestyle="none", gid=BEST_K_GID)
+    ax.axhline(1.0, color="black", linewidth=1.0, linestyle="--", gid=PARITY_GID)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([2 ** j for j in range(k_max.bit_length())])  # 1, 2, 4, ... <= k_max
+    ax.get_xaxis().set_major_formatter("{x:g}")
+    ax.set_xlabel("draft length k")
+    ax.set_ylabel("speedup S(k)")
+    ax.set_title(f"S(k) at c_d = {c_d:g}, c_v(k) = {_label(c_v)}  (star: best k; dashed: plain)", fontsize=10)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def cost_explorer(*, alpha: float = 0.8, k: int = 8, c_d: float = 0.15, c_v: float = 1.6, k_max: int = 32):
+    """Sliders for alpha, k, c_d and c_v over plot_speedup_heatmap, with the best k for the settings."""
+    import ipywidgets as widgets
+
+    sliders = {
+        "alpha": widgets.FloatSlider(value=alpha, min=0.30, max=0.95, step=0.01, description="α"),
+        "k": widgets.IntSlider(value=k, min=1, max=k_max, step=1, description="k"),
+        "c_d": widgets.FloatSlider(value=c_d, min=0.0, max=0.5, step=0.01, description="c_d"),
+        "c_v": widgets.FloatSlider(value=c_v, min=1.0, max=4.0, step=0.1, description="c_v"),
+    }
+
+    def render(alpha: float, k: int, c_d: float, c_v: float):
+        best, s = cost.best_k(alpha, c_d, c_v, k_max), cost.speedup(alpha, c_d, k, c_v)
+        verdict = "faster" if s >= 1 else "SLOWER"
+        text = (f"α = {alpha:.2f}, c_d = {c_d:.2f}, c_v = {c_v:.1f}: S({k}) = {s:.2f}x ({verdict} than plain); "
+                f"best k in 0..{k_max} = {best.k} with S = {best.speedup:.2f}x")
+        return plot_speedup_heatmap(k=k, c_v=c_v, point=(alpha, c_d), k_max=k_max), text
+
+    return explorer(render, sliders, rows=[["alpha", "k"], ["c_d", "c_v"]])
+
+
+FIGURES = {
+    "act4_speedup_heatmap": lambda: plot_speedup_heatmap(point=(0.8, 0.40)),  # the post's 0.90! cell
+    "act4_k_sweep": lambda: plot_k_sweep(),
+    "act4_k_sweep_compute_bound": lambda: plot_k_sweep(c_v=COMPUTE_BOUND),
+}

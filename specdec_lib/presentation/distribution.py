@@ -1,0 +1,204 @@
+"""Act I figures: the shared mass min(p, q), three samplers against p, and overlap against temperature.
+
+Every plotting function takes keyword arguments whose defaults are the post's parameters and returns a
+fresh matplotlib Figure (no pyplot). `temperature_explorer` wraps the same drawing code in sliders.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import sampling
+from ..policy import apply_policy
+from .style import COLORS, new_figure
+from .widgets import explorer
+
+# The post's parameters.
+POST_SEED = 0  # g = torch.Generator().manual_seed(0); p, then q, from the same generator
+POST_VOCAB = 5
+POST_SCALE = 1.4  # logits = randn(V) * 1.4
+POST_DRAWS = 400_000
+POST_TEMPERATURES = (0.1, 0.3, 0.7, 1.0, 2.0, 5.0, 20.0)
+POST_LOGIT_PAIRS = {  # name -> (target logits, draft logits)
+    "same argmax": ((4.0, 2.0, 1.0, 0.5), (4.0, 0.5, 1.0, 2.0)),
+    "different argmax": ((4.0, 3.6, 1.0, 0.5), (3.6, 4.0, 1.0, 0.5)),
+}
+PAIR_COLORS = {"same argmax": "#9467bd", "different argmax": "#8c564b"}
+SAMPLER_COLORS = {"direct sampling from p": COLORS["neutral"], "speculative, residual on reject": COLORS["overlap"],
+                  "speculative, p on reject": COLORS["wrong"]}
+T_RANGE = (0.05, 50.0)  # the temperature axis of the overlap curve (log scale)
+
+
+def post_pair() -> tuple[torch.Tensor, torch.Tensor]:
+    """The post's five-token target p and draft q (p = 0.7333 0.0562 0.0040 0.1879 0.0186; shared mass 0.1623)."""
+    g = torch.Generator().manual_seed(POST_SEED)
+    p = torch.softmax(torch.randn(POST_VOCAB, generator=g) * POST_SCALE, dim=0)
+    q = torch.softmax(torch.randn(POST_VOCAB, generator=g) * POST_SCALE, dim=0)
+    return p, q
+
+
+def logit_pairs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The post's two logit pairs as tensors: name -> (target logits, draft logits)."""
+    return {name: (torch.tensor(lp), torch.tensor(lq)) for name, (lp, lq) in POST_LOGIT_PAIRS.items()}
+
+
+def overlap_at(logits_p: torch.Tensor, logits_q: torch.Tensor, temperature: float) -> float:
+    """Shared mass of the two post-temperature distributions."""
+    return sampling.overlap(apply_policy(logits_p, temperature=temperature),
+                            apply_policy(logits_q, temperature=temperature))
+
+
+def sampler_frequencies(p: torch.Tensor | None = None, q: torch.Tensor | None = None, *, n: int = POST_DRAWS,
+                        seed: int = 1) -> dict[str, torch.Tensor]:
+    """Empirical distributions of the post's three samplers (direct from p, correct, p on reject), n draws each."""
+    if p is None or q is None:
+        p, q = post_pair()
+    g = torch.Generator().manual_seed(seed)
+    vocab = p.shape[-1]
+    return {
+        "direct sampling from p": sampling.empirical(sampling.sample_from(p, n, g), vocab),
+        "speculative, residual on reject": sampling.empirical(
+            sampling.speculative_sample(p, q, n, g, mode="correct"), vocab),
+        "speculative, p on reject": sampling.empirical(
+            sampling.speculative_sample(p, q, n, g, mode="target_on_reject"), vocab),
+    }
+
+
+# Drawing helpers (one axes each); the public plot functions and the explorer share them.
+
+def _draw_triple_bars(ax, p: torch.Tensor, q: torch.Tensor, *, labels=("p (target)", "q (draft)")) -> float:
+    """Bars of p, q and min(p, q) per token; returns the shared mass."""
+    shared = torch.minimum(p, q)
+    tokens = torch.arange(p.shape[-1]).tolist()
+    w = 0.27
+    ax.bar([t - w for t in tokens], p.tolist(), w, color=COLORS["target"], label=labels[0])
+    ax.bar(tokens, q.tolist(), w, color=COLORS["draft"], label=labels[1])
+    ax.bar([t + w for t in tokens], shared.tolist(), w, color=COLORS["overlap"], label="min(p, q)")
+    ax.set_xticks(tokens)
+    ax.set_xlabel("token")
+    ax.set_ylabel("probability")
+    ax.set_ylim(0, 1.05)
+    ax.legend(loc="upper right", fontsize=8)
+    return float(shared.double().sum())
+
+
+def overlap_curve(logits_p: torch.Tensor, logits_q: torch.Tensor, temps) -> list[float]:
+    """Overlap at each temperature in `temps` (all > 0), batched: softmax(l / T) is apply_policy(l / T, 1)."""
+    t = torch.as_tensor(list(temps), dtype=torch.float64)[:, None]  # (n, 1)
+    p_t = apply_policy(logits_p.double()[None] / t, temperature=1.0)  # (n, V)
+    q_t = apply_policy(logits_q.double()[None] / t, temperature=1.0)  # (n, V)
+    return torch.minimum(p_t, q_t).sum(-1).tolist()
+
+
+def _draw_overlap_curves(ax, pairs: dict, temps, *, mark_T: float | None = None, highlight: str | None = None,
+                         t_range=T_RANGE, n_grid: int = 200) -> None:
+    """Overlap against temperature (log axis) for each pair: a curve, dots at `temps`, a marker at `mark_T`."""
+    lo, hi = (float(torch.log10(torch.tensor(t))) for t in t_range)
+    grid = torch.logspace(lo, hi, n_grid, dtype=torch.float64).tolist()
+    for name, (lp, lq) in pairs.items():
+        color = PAIR_COLORS.get(name, COLORS["neutral"])
+        ax.plot(grid, overlap_curve(lp, lq, grid), color=color, label=name, lw=3.0 if name == highlight else 1.5)
+        ax.plot(list(temps), overlap_curve(lp, lq, temps), "o", color=color, ms=4)
+        if mark_T is not None:
+            ax.plot([mark_T], [overlap_at(lp, lq, mark_T)], "D", color=color, ms=8, mec="black", zorder=5)
+    if mark_T is not None:
+        ax.axvline(mark_T, color=COLORS["neutral"], ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("temperature T")
+    ax.set_ylabel("overlap  sum min(p, q)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(loc="lower right", fontsize=8)
+
+
+# Public plotting functions.
+
+def plot_shared_mass(p: torch.Tensor | None = None, q: torch.Tensor | None = None):
+    """Bars of p, q and min(p, q) per token, the shared mass in the title; defaults to the post's pair."""
+    if p is None or q is None:
+        p, q = post_pair()
+    fig, ax = new_figure()
+    shared = _draw_triple_bars(ax, p, q)
+    ax.set_title(f"what acceptance passes: min(p, q), shared mass {shared:.4f}")
+    return fig
+
+
+def plot_sampler_frequencies(p: torch.Tensor | None = None, freqs: dict | None = None):
+    """Empirical frequency of each token under each sampler (bars) against the target p (black ticks).
+
+    `freqs` maps a sampler name to its empirical distribution (V,) or to its raw token samples (1-D integer tensor).
+    """
+    if p is None:
+        p, _ = post_pair()
+    if freqs is None:
+        freqs = sampler_frequencies(*post_pair())
+    vocab = p.shape[-1]
+    freqs = {name: (f if f.is_floating_point() else sampling.empirical(f, vocab)) for name, f in freqs.items()}
+    fig, ax = new_figure()
+    tokens = torch.arange(vocab).tolist()
+    w = 0.8 / max(len(freqs), 1)
+    for i, (name, f) in enumerate(freqs.items()):
+        shift = (i - (len(freqs) - 1) / 2) * w
+        tv = sampling.total_variation(f, p)
+        ax.bar([t + shift for t in tokens], f.tolist(), w, color=SAMPLER_COLORS.get(name, COLORS["neutral"]),
+               label=f"{name} (TV {tv:.4f})")
+    ax.hlines(p.tolist(), [t - 0.45 for t in tokens], [t + 0.45 for t in tokens], colors="black", lw=1.5,
+              label="target p")
+    ax.set_xticks(tokens)
+    ax.set_xlabel("token")
+    ax.set_ylabel("frequency")
+    ax.set_ylim(0, 1.05)
+    ax.set_title("which sampler reproduces p?")
+    ax.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+def plot_overlap_vs_temperature(pairs: dict | None = None, temps=POST_TEMPERATURES, *, mark_T: float | None = None):
+    """Overlap sum min(p_T, q_T) against temperature for each logit pair; optional marker at mark_T."""
+    pairs = logit_pairs() if pairs is None else pairs
+    fig, ax = new_figure()
+    _draw_overlap_curves(ax, pairs, temps, mark_T=mark_T)
+    ax.set_title("temperature moves overlap either way")
+    return fig
+
+
+def plot_pair_at_temperature(pair: str = "same argmax", temperature: float = 1.0, *, pairs: dict | None = None):
+    """Bars of p_T, q_T and min(p_T, q_T) for one logit pair at one temperature; the overlap in the title."""
+    pairs = logit_pairs() if pairs is None else pairs
+    lp, lq = pairs[pair]
+    fig, ax = new_figure()
+    shared = _draw_triple_bars(ax, apply_policy(lp, temperature=temperature), apply_policy(lq, temperature=temperature))
+    ax.set_title(f"{pair}, T = {temperature:.3g}: overlap {shared:.3f}")
+    return fig
+
+
+def plot_temperature_view(pair: str = "same argmax", temperature: float = 1.0, *, pairs: dict | None = None,
+                          temps=POST_TEMPERATURES):
+    """Left: the pair's distributions at T (bars of p, q, min). Right: overlap against T, marked at T."""
+    pairs = logit_pairs() if pairs is None else pairs
+    lp, lq = pairs[pair]
+    fig, (left, right) = new_figure(2, width=10.0, height=3.6)
+    shared = _draw_triple_bars(left, apply_policy(lp, temperature=temperature),
+                               apply_policy(lq, temperature=temperature))
+    left.set_title(f"{pair}, T = {temperature:.3g}: overlap {shared:.3f}")
+    _draw_overlap_curves(right, pairs, temps, mark_T=temperature, highlight=pair)
+    right.set_title("overlap against temperature")
+    return fig
+
+
+def temperature_explorer(pair: str = "same argmax", temperature: float = 1.0):
+    """A pair selector and a log-scale temperature slider over `plot_temperature_view`."""
+    import ipywidgets as widgets
+
+    controls = {
+        "pair": widgets.Dropdown(options=list(POST_LOGIT_PAIRS), value=pair, description="pair"),
+        "temperature": widgets.FloatLogSlider(value=temperature, base=10, min=-1.3, max=1.7, step=0.02,
+                                              description="T", readout_format=".3g", continuous_update=False),
+    }
+    return explorer(plot_temperature_view, controls)
+
+
+FIGURES = {
+    "act1_shared_mass": plot_shared_mass,
+    "act1_sampler_frequencies": plot_sampler_frequencies,
+    "act1_overlap_vs_temperature": plot_overlap_vs_temperature,
+    "act1_temperature_view": plot_temperature_view,
+}
