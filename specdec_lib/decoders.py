@@ -48,15 +48,10 @@ def residual_table(P: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
     return cdf_table(residual_weights(P.double()[:, None, :], R_ext[None, :, :]))  # (V, V+1, V)
 
 
-def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k: int, n: int,
-                  mode: str = "correct", generator: torch.Generator | None = None, *,
-                  Q_bad: torch.Tensor | None = None, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None, log=None) -> torch.Tensor:
-    """n sequences (n, horizon) from a speculative block decoder over Markov target P and draft Q.
+def decoder_tables(P, Q, start, horizon, k, mode, *, Q_bad=None, temperature=1.0, top_k=None, top_p=None):
+    """Validate a decoder's arguments; return (P, propose, ratio, Q, start, horizon, k) after the policy.
 
-    `mode` picks one of DECODER_MODES (bad_draft and mismatched_q also need `Q_bad`). The sampling policy
-    (temperature 0 is greedy) is applied to every table before decoding, as a serving stack applies it to
-    both models. A SpecDecodeLog passed as `log` records every round.
+    `propose` is the table that really samples proposals, `ratio` the one the verifier believes produced them.
     """
     P, Q = check_table("P", P), check_table("Q", Q)
     if Q.shape != P.shape:
@@ -71,15 +66,30 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k:
     start = check_start(start, P.shape[0])
     horizon = check_int("horizon", horizon, minimum=1)
     k = check_int("k", k, minimum=0)
+    P, Q, Q_bad = (None if t is None else policy_table(t, temperature, top_k, top_p) for t in (P, Q, Q_bad))
+    propose = Q_bad if mode == "bad_draft" else Q
+    ratio = Q_bad if mode in ("bad_draft", "mismatched_q") else Q
+    return P, propose, ratio, Q, start, horizon, k
+
+
+def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k: int, n: int,
+                  mode: str = "correct", generator: torch.Generator | None = None, *,
+                  Q_bad: torch.Tensor | None = None, temperature: float = 1.0, top_k: int | None = None,
+                  top_p: float | None = None, log=None) -> torch.Tensor:
+    """n sequences (n, horizon) from a speculative block decoder over Markov target P and draft Q.
+
+    `mode` picks one of DECODER_MODES (bad_draft and mismatched_q also need `Q_bad`). The sampling policy
+    (temperature 0 is greedy) is applied to every table before decoding, as a serving stack applies it to
+    both models. A SpecDecodeLog passed as `log` records every round.
+    """
+    P, propose, ratio, Q, start, horizon, k = decoder_tables(P, Q, start, horizon, k, mode, Q_bad=Q_bad,
+                                                            temperature=temperature, top_k=top_k, top_p=top_p)
     n = check_int("n", n, minimum=1)
     generator = check_generator(generator)
     if log is not None and getattr(log, "k", None) != k:
         raise ValueError(f"log must be a SpecDecodeLog with the same k = {k}")
-    P, Q, Q_bad = (None if t is None else policy_table(t, temperature, top_k, top_p) for t in (P, Q, Q_bad))
 
     V = P.shape[0]
-    propose = Q_bad if mode == "bad_draft" else Q  # the distribution that really samples
-    ratio = Q_bad if mode in ("bad_draft", "mismatched_q") else Q  # the one the verifier believes in
     draft_cdf, acc, res_cdf = cdf_table(propose), accept_table(P, ratio).reshape(-1), residual_table(P, ratio)
     phantom_cdf = cdf_table(Q)
 

@@ -3,10 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_choice, check_int
-from .chain import check_start, check_table
-from .decoders import DECODER_MODES
-from .policy import policy_table
+from .decoders import decoder_tables
 
 
 def _walk_rounds(P, propose, ratio, Q, start: int, horizon: int, k: int, mode: str) -> torch.Tensor:
@@ -74,23 +71,8 @@ def exact_decoder_distribution(P: torch.Tensor, Q: torch.Tensor, start: int, hor
     Tables are taken in float64 with rows renormalised, exactly as exact_sequence_distribution takes P; the
     sampling policy is applied to every table first, as decode_markov applies it (temperature 0 is greedy).
     """
-    P = check_table("P", P)
-    Q = check_table("Q", Q)
-    if Q.shape != P.shape:
-        raise ValueError(f"P and Q must have the same shape, got {tuple(P.shape)} and {tuple(Q.shape)}")
-    check_choice("mode", mode, tuple(DECODER_MODES))
-    if mode in ("bad_draft", "mismatched_q"):
-        if Q_bad is None:
-            raise ValueError(f"mode {mode!r} needs Q_bad, the second draft table")
-        Q_bad = check_table("Q_bad", Q_bad)
-        if Q_bad.shape != P.shape:
-            raise ValueError(f"Q_bad must have the shape of P {tuple(P.shape)}, got {tuple(Q_bad.shape)}")
-    start = check_start(start, P.shape[0])
-    horizon = check_int("horizon", horizon, minimum=1)
-    k = check_int("k", k, minimum=0)
-    P, Q, Q_bad = (None if t is None else policy_table(t, temperature, top_k, top_p) for t in (P, Q, Q_bad))
-    propose = Q_bad if mode == "bad_draft" else Q
-    ratio = Q_bad if mode in ("bad_draft", "mismatched_q") else Q
+    P, propose, ratio, Q, start, horizon, k = decoder_tables(P, Q, start, horizon, k, mode, Q_bad=Q_bad,
+                                                            temperature=temperature, top_k=top_k, top_p=top_p)
     rows = [_stochastic_rows(t) for t in (P, propose, ratio, Q)]  # plain floats: the walk is scalar code
     return _walk_rounds(*rows, start, horizon, k, mode)
 
