@@ -75,3 +75,15 @@ def test_figures_build(name, monkeypatch):
         colors = [b.get_facecolor() for b in fig.axes[0].patches]
         assert len(colors) == 1 + len(sd.DECODER_MODES)
         assert colors[0] == colors[1] == colors[2] != colors[3] == colors[4] == colors[5]
+
+
+def test_tv_convergence_lines_and_exact_markers():
+    runs = {m: views.sample_sequences(m, n=2_000, seed=1) for m in ("correct", "off_by_one")}
+    fig = views.plot_tv_convergence(runs=runs, exact_tv={"correct": 0.0, "off_by_one": 0.8966}, sizes=[500, 2_000])
+    ax = fig.axes[0]
+    solid = [line for line in ax.get_lines() if line.get_linestyle() == "-"]
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(solid) == 3  # one per decoder plus the noise floor
+    assert [line.get_ydata()[0] for line in dashed] == [0.8966]  # only the broken decoder has an exact TV above 0
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert views.tv_by_sample_size(runs["correct"], views._exact(), [2_000])[0] < 0.1

@@ -12,7 +12,8 @@ import torch
 
 from .. import chain as chain_mod
 from .. import decoders
-from ..noise import tv_noise_bound
+from ..exact import exact_decoder_distribution
+from ..noise import tv_noise_bound, tv_noise_mean
 from .style import COLORS, new_figure
 from .widgets import explorer
 
@@ -108,6 +109,48 @@ def plot_sequence_distributions(*, exact: torch.Tensor | None = None,
     return fig
 
 
+# ---- measured TV = exact TV + noise -----------------------------------------------------------------------
+
+def tv_by_sample_size(samples: torch.Tensor, exact: torch.Tensor, sizes: Sequence[int]) -> list[float]:
+    """TV of the first m samples for each m in sizes: one run, read at growing sample sizes."""
+    return [chain_mod.sequence_tv(samples[:m], exact) for m in sizes]
+
+
+def plot_tv_convergence(*, runs: Mapping[str, torch.Tensor] | None = None,
+                        exact_tv: Mapping[str, float] | None = None, sizes: Sequence[int] | None = None,
+                        n: int = N, seed: int = SEED):
+    """Measured TV against M (log-log) per decoder, its exact TV as a dashed line, and the noise floor ~ 1/sqrt(M).
+
+    runs maps decoder modes to samples (M, horizon); exact_tv maps them to the exact TV of the decoder's output
+    (from exact_decoder_distribution). Defaults: every mode of the reference chain at n sequences.
+    """
+    ch = chain_mod.reference_chain()
+    target = _exact()
+    if runs is None:
+        runs = {m: sample_sequences(m, n=n, seed=seed) for m in decoders.DECODER_MODES}
+    if exact_tv is None:
+        exact_tv = {m: 0.5 * (exact_decoder_distribution(ch.P, ch.Q, ch.start, ch.horizon, ch.k, m,
+                                                         Q_bad=ch.Q_bad) - target).abs().sum().item() for m in runs}
+    m_max = min(r.shape[0] for r in runs.values())
+    sizes = sizes or [s for s in (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000,
+                                  1_000_000) if s <= m_max]
+    fig, ax = new_figure()
+    palette = [COLORS["target"], COLORS["overlap"], COLORS["wrong"], COLORS["draft"], "#9467bd"]
+    for color, (mode, samples) in zip(palette, runs.items()):
+        ax.plot(sizes, tv_by_sample_size(samples, target, sizes), "o-", ms=3, color=color, label=SHORT[mode])
+        if exact_tv[mode] > 1e-9:  # an exact decoder's line would sit at zero, off a log axis
+            ax.axhline(exact_tv[mode], ls="--", lw=1, color=color)
+    ax.plot(sizes, [tv_noise_mean(target, m) for m in sizes], color=COLORS["neutral"], lw=2, alpha=0.6,
+            label="noise floor (bound on E[TV])")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("sequences M")
+    ax.set_ylabel("TV from the exact target")
+    ax.set_title("measured TV = exact TV (dashed) + noise that falls like 1/sqrt(M)")
+    ax.legend(fontsize=8, ncols=2)
+    return fig
+
+
 # ---- dropdown view ----------------------------------------------------------------------------------------
 
 def decoder_explorer(*, mode: str = "off_by_one", n: int = 60_000, seed: int = SEED):
@@ -130,4 +173,5 @@ def decoder_explorer(*, mode: str = "off_by_one", n: int = 60_000, seed: int = S
 FIGURES = {
     "act2_decoder_tv": lambda: plot_decoder_tv(n=N),  # N read at call time
     "act2_sequence_distributions": lambda: plot_sequence_distributions(n=N),
+    "act2_tv_convergence": lambda: plot_tv_convergence(n=N),
 }
