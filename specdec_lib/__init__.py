@@ -14,11 +14,12 @@ from .chain import (ReferenceChain, direct_sample, empirical_sequences, exact_se
 from .cost import BestK, best_k, speedup, speedup_grid
 from .decoders import DECODER_MODES, decode_markov
 from .exact import exact_decoder_distribution
+from .failures import DecoderSpec, FailureMode, check_q_contract, failure_modes
 from .noise import rate_noise, tv_noise_bound, tv_noise_mean
 from .policy import apply_policy, greedy_token, policy_table
 from .sampling import (SAMPLER_MODES, acceptance_probability, empirical, overlap, residual, sample_from,
                        sample_rows, speculative_sample, total_variation)
-from .telemetry import SpecDecodeLog, SpecDecodeSummary
+from .telemetry import SpecDecodeLog, SpecDecodeSummary, accepted_counts, emitted_until_eos
 from .transformer import (AlignmentReport, TinyCausalLM, alignment_tv, block_scores, check_alignment,
                           incremental_scores)
 from .verification import Verdict, verify_block, verify_blocks, verify_greedy
@@ -33,11 +34,13 @@ __all__ = [
     # Act II
     "Verdict", "verify_block", "verify_blocks", "verify_greedy", "ReferenceChain", "reference_chain",
     "random_table", "exact_sequence_distribution", "direct_sample", "empirical_sequences", "sequence_tv",
-    "decode_markov", "DECODER_MODES", "exact_decoder_distribution", "TinyCausalLM", "incremental_scores", "block_scores", "check_alignment",
+    "decode_markov", "DECODER_MODES", "exact_decoder_distribution", "failure_modes", "FailureMode",
+    "DecoderSpec", "check_q_contract", "TinyCausalLM", "incremental_scores", "block_scores", "check_alignment",
     "AlignmentReport", "alignment_tv",
     # Act III
     "expected_accepted", "expected_tokens", "full_block_probability", "reach_probabilities", "simulate_blocks",
     "simulate_mixture", "survivor_statistics", "SurvivorStats", "bayes_conditional_acceptance", "BayesCurve",
     # Act IV
-    "speedup", "speedup_grid", "best_k", "BestK", "SpecDecodeLog", "SpecDecodeSummary",
+    "speedup", "speedup_grid", "best_k", "BestK", "SpecDecodeLog", "SpecDecodeSummary", "accepted_counts",
+    "emitted_until_eos",
 ]

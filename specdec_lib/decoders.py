@@ -1,8 +1,9 @@
-"""Act II: a block decoder on the Markov chain, with the post's four ways to be wrong, all n sequences at once.
+"""Act II: a block decoder on the Markov chain, correct or broken in any registered way, all n sequences at once.
 
 On a Markov chain every quantity a round needs depends on one or two states, so the decoder precomputes
 them as tables (acceptance probabilities, residual CDFs) with the same functions `verify_block` uses, and a
-round becomes a few gathers and comparisons over all unfinished sequences.
+round becomes a few gathers and comparisons over all unfinished sequences. Which tables, and which states
+index them, is read from the mode's `DecoderSpec` (see failures.py).
 """
 from __future__ import annotations
 
@@ -10,16 +11,12 @@ import torch
 
 from ._checks import check_choice, check_generator, check_int
 from .chain import check_start, check_table
+from .failures import MODES, DecoderSpec, spec_tables
 from .policy import policy_table
 from .sampling import accept_ratio, residual_weights
 
-DECODER_MODES = {
-    "correct": "everything consistent: propose from Q, ratio with Q, target at the committed prefix",
-    "bad_draft": "a badly wrong draft Q_bad, and the verifier uses that same Q_bad (still exact)",
-    "mismatched_q": "proposals come from Q but the ratio is computed with Q_bad",
-    "phantom_history": "after each round an unverified draft token is appended to the committed history",
-    "off_by_one": "each proposal is judged by the target row one position too late",
-}
+POST_MODES = ("correct", "bad_draft", "mismatched_q", "phantom_history", "off_by_one")  # the post's five decoders
+DECODER_MODES = {name: MODES[name].description for name in POST_MODES}
 
 
 def cdf_table(weights: torch.Tensor) -> torch.Tensor:
@@ -42,22 +39,38 @@ def accept_table(P: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(acc, nan=0.0)  # 0/0 only at pairs no consistent draft proposes
 
 
-def residual_table(P: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
-    """CDF of [P[r] - R[c]]_+ at [r, c]; the extra c = V row is the bonus slot (no draft there): P[r] itself."""
-    R_ext = torch.cat([R.double(), torch.zeros(1, R.shape[1], dtype=torch.float64)])  # (V+1, V)
-    return cdf_table(residual_weights(P.double()[:, None, :], R_ext[None, :, :]))  # (V, V+1, V)
+def residual_weights_by_kind(p: torch.Tensor, q: torch.Tensor, y_hot: torch.Tensor, kind: str) -> torch.Tensor:
+    """What a rejection samples from (unnormalised, last axis V): the right residual or one of its known bugs."""
+    if kind == "normalised":
+        return residual_weights(p, q)  # [p - q]_+, p itself where nothing is left
+    if kind == "softmax":
+        return torch.softmax(torch.clamp(p - q, min=0), dim=-1)  # every token gets e^0 = 1 at least
+    if kind == "target":
+        return p.clone()
+    w = p * (1 - y_hot)  # single_token: p with only the rejected token removed
+    return torch.where(w.sum(-1, keepdim=True) <= 0, p, w)
 
 
-def decoder_tables(P, Q, start, horizon, k, mode, *, Q_bad=None, temperature=1.0, top_k=None, top_p=None):
-    """Validate a decoder's arguments; return (P, propose, ratio, Q, start, horizon, k) after the policy.
+def residual_table(P: torch.Tensor, R: torch.Tensor, kind: str = "normalised") -> torch.Tensor:
+    """CDF (V, V, V, V) of what a rejection samples, at [target row r, believed draft state c, rejected token y]."""
+    V = P.shape[0]
+    p = P.double()[:, None, None, :]  # (V, 1, 1, V)
+    q = R.double()[None, :, None, :]  # (1, V, 1, V)
+    y_hot = torch.eye(V, dtype=torch.float64)[None, None]  # (1, 1, V, V)
+    return cdf_table(residual_weights_by_kind(p, q, y_hot, kind).expand(V, V, V, V))
 
-    `propose` is the table that really samples proposals, `ratio` the one the verifier believes produced them.
+
+def decoder_args(P, Q, start, horizon, k, mode, *, Q_bad=None, temperature=1.0, top_k=None, top_p=None):
+    """Validate a decoder's arguments; return (spec, target, propose, ratio, draft, start, horizon, k).
+
+    `propose` is the table that really samples proposals, `ratio` the one the verifier believes produced them,
+    `draft` the draft model's own (post-policy) table.
     """
     P, Q = check_table("P", P), check_table("Q", Q)
     if Q.shape != P.shape:
         raise ValueError(f"P and Q must have the same shape, got {tuple(P.shape)} and {tuple(Q.shape)}")
-    check_choice("mode", mode, tuple(DECODER_MODES))
-    if mode in ("bad_draft", "mismatched_q"):
+    spec = MODES[check_choice("mode", mode, tuple(MODES))].spec
+    if "Q_bad" in (spec.propose, spec.ratio):
         if Q_bad is None:
             raise ValueError(f"mode {mode!r} needs Q_bad, the second draft table")
         Q_bad = check_table("Q_bad", Q_bad)
@@ -67,9 +80,47 @@ def decoder_tables(P, Q, start, horizon, k, mode, *, Q_bad=None, temperature=1.0
     horizon = check_int("horizon", horizon, minimum=1)
     k = check_int("k", k, minimum=0)
     P, Q, Q_bad = (None if t is None else policy_table(t, temperature, top_k, top_p) for t in (P, Q, Q_bad))
-    propose = Q_bad if mode == "bad_draft" else Q
-    ratio = Q_bad if mode in ("bad_draft", "mismatched_q") else Q
-    return P, propose, ratio, Q, start, horizon, k
+    return (spec, *spec_tables(spec, P, Q, Q_bad), start, horizon, k)
+
+
+def _round(spec: DecoderSpec, tables: dict, s, d0, k: int, u):
+    """One round for m sequences in state s (m,), draft state d0 (m,): (tokens (m, k+2), emitted (m,), accepted, y_k)."""
+    V = tables["draft_cdf"].shape[0]
+    m = s.shape[0]
+    dctx = torch.empty(m, k + 1, dtype=torch.long)  # dctx[:, j]: the state proposal j + 1 is drafted from
+    dctx[:, 0] = d0
+    for j in range(k):
+        dctx[:, j + 1] = draw(tables["draft_cdf"][dctx[:, j]], u[j])
+    props = dctx[:, 1:]  # (m, k)
+    tctx = torch.cat([s[:, None], props[:, :-1]], 1)[:, :k]  # (m, k) committed state before each proposal
+    qctx = dctx[:, :k] if spec.ratio_context == "draft" else tctx  # where the verifier evaluates q
+    judge = props if spec.judge == "off_by_one" else tctx  # target row that judges each proposal
+    u_acc = u[k:2 * k].T  # (m, k)
+    if spec.acceptance == "match":
+        sample = torch.stack([draw(tables["target_cdf"][judge[:, j]], u_acc[:, j]) for j in range(k)], 1) \
+            if k else props  # (m, k) a target sample per slot
+        ok = sample == props
+    else:
+        ok = u_acc < tables["acc"][(judge * V + qctx) * V + props]  # (m, k)
+    if not spec.verify_first and k:
+        ok[:, 0] = True
+    accepted = ok.long().cumprod(-1).sum(-1)  # (m,)
+    full = accepted == k
+    last_prop = props[:, -1] if k else s
+    nxt = draw(tables["bonus_cdf"][last_prop], u[2 * k])  # the bonus, after y_k (or s when k = 0)
+    if k:
+        slot = accepted.clamp(max=k - 1)[:, None]  # (m, 1) the rejected slot (clamped for full blocks)
+        if spec.acceptance == "match":
+            fix = sample.gather(1, slot).squeeze(1)  # the target's own sample replaces the proposal
+        else:
+            u_fix = u_acc.gather(1, slot).squeeze(1) if spec.residual_uniform == "reused" else u[2 * k]
+            at = (judge.gather(1, slot).squeeze(1) * V + qctx.gather(1, slot).squeeze(1)) * V \
+                + props.gather(1, slot).squeeze(1)
+            fix = draw(tables["res_cdf"].reshape(V ** 3, V)[at], u_fix)
+        nxt = torch.where(full, nxt, fix)
+    where = accepted + (spec.keep_rejected & ~full).long()  # (m,) slot of the target's token
+    tokens = torch.cat([props, nxt[:, None], nxt[:, None]], 1).scatter(1, where[:, None], nxt[:, None])
+    return tokens, where + 1, accepted, last_prop
 
 
 def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k: int, n: int,
@@ -78,52 +129,49 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k:
                   top_p: float | None = None, log=None) -> torch.Tensor:
     """n sequences (n, horizon) from a speculative block decoder over Markov target P and draft Q.
 
-    `mode` picks one of DECODER_MODES (bad_draft and mismatched_q also need `Q_bad`). The sampling policy
-    (temperature 0 is greedy) is applied to every table before decoding, as a serving stack applies it to
-    both models. A SpecDecodeLog passed as `log` records every round.
+    `mode` is a registered decoder (`failure_modes()`; the post's five are DECODER_MODES); bad_draft and
+    mismatched_q also need `Q_bad`. The sampling policy (temperature 0 is greedy) is applied to every table
+    before decoding, as a serving stack applies it to both models. A SpecDecodeLog passed as `log` records
+    every round.
     """
-    P, propose, ratio, Q, start, horizon, k = decoder_tables(P, Q, start, horizon, k, mode, Q_bad=Q_bad,
-                                                            temperature=temperature, top_k=top_k, top_p=top_p)
+    spec, target, propose, ratio, draft, start, horizon, k = decoder_args(
+        P, Q, start, horizon, k, mode, Q_bad=Q_bad, temperature=temperature, top_k=top_k, top_p=top_p)
     n = check_int("n", n, minimum=1)
     generator = check_generator(generator)
     if log is not None and getattr(log, "k", None) != k:
         raise ValueError(f"log must be a SpecDecodeLog with the same k = {k}")
+    tables = {"draft_cdf": cdf_table(propose), "acc": accept_table(target, ratio).reshape(-1),
+              "target_cdf": cdf_table(target), "res_cdf": residual_table(target, ratio, spec.residual),
+              "bonus_cdf": cdf_table(target if spec.bonus == "target" else draft)}
+    phantom_cdf = cdf_table(draft)
 
-    V = P.shape[0]
-    draft_cdf, acc, res_cdf = cdf_table(propose), accept_table(P, ratio).reshape(-1), residual_table(P, ratio)
-    phantom_cdf = cdf_table(Q)
-
-    buf = torch.empty(n, horizon + k + 2, dtype=torch.long)  # committed tokens, plus room for one round's overshoot
+    buf = torch.empty(n, horizon + k + 3, dtype=torch.long)  # committed tokens, plus room for one round's overshoot
     length = torch.zeros(n, dtype=torch.long)  # tokens committed per sequence
     last = torch.full((n,), start, dtype=torch.long)  # last committed token: the Markov state
+    before = torch.full((n,), start, dtype=torch.long)  # the committed token before it (start when there is none)
+    draft_last = torch.full((n,), start, dtype=torch.long)  # where an untrimmed draft cache left the draft
     live = torch.arange(n)  # unfinished sequences
     while live.numel():
         m = live.numel()
-        u = torch.rand(2 * k + 2, m, dtype=torch.float64, generator=generator)  # rows: draft | accept | residual | phantom
-        ctx = torch.empty(m, k + 1, dtype=torch.long)  # ctx[:, j]: the token proposal j + 1 conditions on
-        ctx[:, 0] = last[live]
-        for j in range(k):
-            ctx[:, j + 1] = draw(draft_cdf[ctx[:, j]], u[j])
-        props, before = ctx[:, 1:], ctx[:, :k]  # (m, k) proposals and their contexts
-        judge = props if mode == "off_by_one" else before  # (m, k) state whose target row judges proposal j
-        ok = u[k:2 * k].T < acc[(judge * V + before) * V + props]  # (m, k)
-        accepted = ok.long().cumprod(-1).sum(-1)  # (m,) accepted prefix
-        at_slot = accepted[:, None]
-        row = torch.cat([judge, ctx[:, k:]], 1).gather(1, at_slot).squeeze(1)  # target row at the slot; bonus: P[y_k]
-        believed = torch.cat([before, torch.full((m, 1), V)], 1).gather(1, at_slot).squeeze(1)  # V: no draft (bonus)
-        nxt = draw(res_cdf[row, believed], u[2 * k])  # (m,) correction or bonus token
-        tokens = torch.cat([props, nxt[:, None]], 1).scatter(1, at_slot, nxt[:, None])  # (m, k+1); tail is scratch
+        u = torch.rand(2 * k + 2, m, dtype=torch.float64, generator=generator)  # rows: draft | accept | fix | phantom
+        s = last[live]
+        d0 = {"committed": s, "own_last_proposal": draft_last[live], "one_too_far": before[live]}[spec.draft_context]
+        tokens, emitted, accepted, last_prop = _round(spec, tables, s, d0, k, u)
         at = length[live]
-        buf[live[:, None], at[:, None] + torch.arange(k + 1)] = tokens  # scratch past the commit is overwritten later
-        at = at + accepted + 1
+        buf[live[:, None], at[:, None] + torch.arange(k + 2)] = tokens  # scratch past the commit is overwritten later
+        at = at + emitted
+        nxt = tokens.gather(1, (emitted - 1)[:, None]).squeeze(1)
         if log is not None:
             log.record_rounds(accepted)
-        if mode == "phantom_history":
+        if spec.phantom:
             more = at < horizon  # an unverified draft token slips into the history
             phantom = draw(phantom_cdf[nxt], u[2 * k + 1])
             buf[live[more], at[more]] = phantom[more]
             nxt = torch.where(more, phantom, nxt)
             at = at + more.long()
-        length[live], last[live] = at, nxt
+        if spec.draft_context == "one_too_far":  # the committed token before the last one
+            full_seq = torch.cat([torch.full((m, 1), start), buf[live]], 1)  # (m, 1 + W) start, then committed
+            before[live] = full_seq.gather(1, (at - 1)[:, None]).squeeze(1)
+        length[live], last[live], draft_last[live] = at, nxt, last_prop
         live = live[at < horizon]
     return buf[:, :horizon]

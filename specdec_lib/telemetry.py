@@ -180,3 +180,23 @@ class SpecDecodeLog:
 
     def __str__(self) -> str:
         return self.table()
+
+
+def accepted_counts(accept_flags: torch.Tensor, *, causal: bool = True) -> torch.Tensor:
+    """Accepted proposals per round from per-slot test outcomes (R, k): the accepted prefix, or (causal=False,
+    the vLLM v0 metrics bug) every slot that passed its test, even after an earlier rejection."""
+    if not isinstance(accept_flags, torch.Tensor) or accept_flags.dtype != torch.bool or accept_flags.dim() != 2:
+        raise TypeError("accept_flags must be a bool tensor of shape (rounds, k)")
+    if causal:
+        return accept_flags.long().cumprod(-1).sum(-1)
+    return accept_flags.long().sum(-1)
+
+
+def emitted_until_eos(tokens: torch.Tensor, accepted: torch.Tensor, eos: int) -> torch.Tensor:
+    """Tokens a round really retires (R,) when generation stops at EOS: rows of tokens (R, k+1) hold the committed
+    tokens of each round (accepted proposals, then the target's token); an EOS among them ends the output there."""
+    slots = torch.arange(tokens.shape[1])  # (k+1,)
+    committed = slots[None, :] <= accepted[:, None]  # (R, k+1)
+    hit = (tokens == eos) & committed
+    first = torch.where(hit.any(-1), hit.long().argmax(-1), accepted)  # index of the first EOS, else the last slot
+    return first + 1
