@@ -90,7 +90,7 @@ def _round(spec: DecoderSpec, tables: dict, s, d0, k: int, u):
     dctx = torch.empty(m, k + 1, dtype=torch.long)  # dctx[:, j]: the state proposal j + 1 is drafted from
     dctx[:, 0] = d0
     for j in range(k):
-        dctx[:, j + 1] = draw(tables["draft_cdf"][dctx[:, j]], u[j])
+        dctx[:, j + 1] = draw(tables["draft_cdf"].index_select(0, dctx[:, j]), u[j])
     props = dctx[:, 1:]  # (m, k)
     tctx = torch.cat([s[:, None], props[:, :-1]], 1)[:, :k]  # (m, k) committed state before each proposal
     qctx = dctx[:, :k] if spec.ratio_context == "draft" else tctx  # where the verifier evaluates q
@@ -101,13 +101,13 @@ def _round(spec: DecoderSpec, tables: dict, s, d0, k: int, u):
             if k else props  # (m, k) a target sample per slot
         ok = sample == props
     else:
-        ok = u_acc < tables["acc"][(judge * V + qctx) * V + props]  # (m, k)
+        ok = u_acc < tables["acc"].take((judge * V + qctx) * V + props)  # (m, k)
     if not spec.verify_first and k:
         ok[:, 0] = True
     accepted = ok.long().cumprod(-1).sum(-1)  # (m,)
     full = accepted == k
     last_prop = props[:, -1] if k else s
-    nxt = draw(tables["bonus_cdf"][last_prop], u[2 * k])  # the bonus, after y_k (or s when k = 0)
+    nxt = draw(tables["bonus_cdf"].index_select(0, last_prop), u[2 * k])  # the bonus, after y_k (or s when k = 0)
     if k:
         slot = accepted.clamp(max=k - 1)[:, None]  # (m, 1) the rejected slot (clamped for full blocks)
         if spec.acceptance == "match":
@@ -116,7 +116,7 @@ def _round(spec: DecoderSpec, tables: dict, s, d0, k: int, u):
             u_fix = u_acc.gather(1, slot).squeeze(1) if spec.residual_uniform == "reused" else u[2 * k]
             at = (judge.gather(1, slot).squeeze(1) * V + qctx.gather(1, slot).squeeze(1)) * V \
                 + props.gather(1, slot).squeeze(1)
-            fix = draw(tables["res_cdf"].reshape(V ** 3, V)[at], u_fix)
+            fix = draw(tables["res_cdf"].reshape(V ** 3, V).index_select(0, at), u_fix)
         nxt = torch.where(full, nxt, fix)
     where = accepted + (spec.keep_rejected & ~full).long()  # (m,) slot of the target's token
     tokens = torch.cat([props, nxt[:, None], nxt[:, None]], 1).scatter(1, where[:, None], nxt[:, None])
@@ -145,7 +145,8 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k:
               "bonus_cdf": cdf_table(target if spec.bonus == "target" else draft)}
     phantom_cdf = cdf_table(draft)
 
-    buf = torch.empty(n, horizon + k + 3, dtype=torch.long)  # committed tokens, plus room for one round's overshoot
+    width = horizon + k + 3  # committed tokens, plus room for one round's overshoot
+    buf = torch.empty(n, width, dtype=torch.long)
     length = torch.zeros(n, dtype=torch.long)  # tokens committed per sequence
     last = torch.full((n,), start, dtype=torch.long)  # last committed token: the Markov state
     before = torch.full((n,), start, dtype=torch.long)  # the committed token before it (start when there is none)
@@ -158,7 +159,8 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k:
         d0 = {"committed": s, "own_last_proposal": draft_last[live], "one_too_far": before[live]}[spec.draft_context]
         tokens, emitted, accepted, last_prop = _round(spec, tables, s, d0, k, u)
         at = length[live]
-        buf[live[:, None], at[:, None] + torch.arange(k + 2)] = tokens  # scratch past the commit is overwritten later
+        cols = (live * width + at)[:, None] + torch.arange(k + 2)  # (m, k+2) flat positions of this round's tokens
+        buf.view(-1).index_copy_(0, cols.reshape(-1), tokens.reshape(-1))  # scratch past the commit is overwritten later
         at = at + emitted
         nxt = tokens.gather(1, (emitted - 1)[:, None]).squeeze(1)
         if log is not None:
