@@ -56,7 +56,7 @@ def test_tv_threshold_shrinks_with_n(exact):
     assert views.tv_noise_bound(exact, 200_000) < views.tv_noise_bound(exact, 60_000) < 0.03
 
 
-def test_decoder_explorer_updates_output():
+def test_decoder_explorer_updates_output(fast_png):
     box = views.decoder_explorer(n=N_SMALL)
     row, out = box.children
     dropdown = row.children[0]

@@ -49,7 +49,7 @@ def test_k_sweep_compute_bound_says_do_not_speculate():
     assert "do not speculate" in ax.get_legend().get_texts()[0].get_text()
 
 
-def test_explorer_sliders_update_output():
+def test_explorer_sliders_update_output(fast_png):
     box = views.cost_explorer()
     out = box.children[2]
     alpha, k = box.children[0].children

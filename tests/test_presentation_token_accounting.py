@@ -60,7 +60,7 @@ def _explorer_parts(widget):
     return {s.description: s for s in sliders.children}, out
 
 
-def test_accounting_explorer_redraws():
+def test_accounting_explorer_redraws(fast_png):
     sliders, out = _explorer_parts(views.accounting_explorer())
     assert set(sliders) == {"alpha", "k"} and sliders["alpha"].value == 0.8 and sliders["k"].value == 8
     before = out.outputs[0]["data"]["image/png"]
@@ -71,7 +71,7 @@ def test_accounting_explorer_redraws():
     assert out.outputs[0]["data"]["image/png"] != after
 
 
-def test_survivor_explorer_redraws():
+def test_survivor_explorer_redraws(fast_png):
     sliders, out = _explorer_parts(views.survivor_explorer(n=500))
     before = out.outputs[0]["data"]["image/png"]
     sliders["P(easy)"].value = 0.2

@@ -1,0 +1,20 @@
+"""Shared fixtures."""
+import pytest
+
+from specdec_lib.presentation import widgets
+
+
+def _fingerprint(fig) -> bytes:
+    """Stands in for PNG bytes: titles, texts and plotted data, which change whenever the picture does."""
+    parts = []
+    for ax in fig.axes:
+        parts.append((ax.get_title(), [t.get_text() for t in ax.texts],
+                      [list(map(float, line.get_ydata())) for line in ax.get_lines()],
+                      [p.get_height() for p in ax.patches], [im.get_array().sum() for im in ax.images]))
+    return repr(parts).encode()
+
+
+@pytest.fixture
+def fast_png(monkeypatch):
+    """Skip PNG rendering in slider tests (rendering itself is tested in test_presentation_widgets)."""
+    monkeypatch.setattr(widgets, "png_bytes", _fingerprint)
