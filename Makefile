@@ -6,6 +6,8 @@
 #   make notebooks   execute every notebooks/*.ipynb top to bottom in a fresh kernel, in place
 #   make figures     python -m specdec_lib.figures figures/ (skipped while the module does not exist)
 #   make bench       time batched decode_markov against a per-sample loop (benchmarks/bench_markov.py)
+#   make models      train the lab's target and draft on the stdlib's source (tools/train_models.py; CPU, minutes)
+#   make measure     the cost equation against the clock on the trained pair (benchmarks/measure_speedup.py)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
@@ -28,7 +30,7 @@ STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 NB_TIMEOUT ?= 600
 
-.PHONY: all install test test-lib test-notebooks lab notebooks figures bench lock clean distclean help
+.PHONY: all install test test-lib test-notebooks lab notebooks figures bench models measure lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -107,6 +109,12 @@ figures: $(STAMP)
 
 bench: $(STAMP)
 	$(VPY) benchmarks/bench_markov.py
+
+models: $(STAMP)
+	$(VPY) tools/train_models.py
+
+measure: $(STAMP)
+	$(VPY) benchmarks/measure_speedup.py
 
 # Freeze the current .venv into requirements.lock, then environment.yml from the lock.
 lock:

@@ -5,6 +5,8 @@ Act II  verification, chain,  a block of k proposals; the reference Markov chain
         decoders, transformer the five decoders; the block-versus-incremental alignment test
 Act III accounting            tokens retired per block; survivor statistics; the Bayes curve
 Act IV  cost, telemetry       the speedup equation and best k; what to log
+Lab     models, generation,   a trained transformer pair with rollback KV caches; the equation against the clock
+        measure
 """
 from .accounting import (BayesCurve, SurvivorStats, bayes_conditional_acceptance, expected_accepted,
                          expected_tokens, full_block_probability, reach_probabilities, simulate_blocks,
@@ -15,6 +17,9 @@ from .cost import BestK, best_k, speedup, speedup_grid
 from .decoders import DECODER_MODES, decode_markov
 from .exact import exact_decoder_distribution
 from .failures import DecoderSpec, FailureMode, check_q_contract, failure_modes
+from .generation import exact_continuations, generate_plain, generate_speculative
+from .measure import SpeedupTable, measure_speedup, time_terms
+from .models import CachedLM, KVCache, LMConfig, corpus_prompts, load_pair
 from .noise import rate_noise, tv_noise_bound, tv_noise_mean
 from .policy import apply_policy, greedy_token, policy_table
 from .sampling import (SAMPLER_MODES, acceptance_probability, empirical, overlap, residual, sample_from,
@@ -43,4 +48,7 @@ __all__ = [
     # Act IV
     "speedup", "speedup_grid", "best_k", "BestK", "SpecDecodeLog", "SpecDecodeSummary", "accepted_counts",
     "emitted_until_eos",
+    # Lab: measure it
+    "CachedLM", "KVCache", "LMConfig", "load_pair", "corpus_prompts", "generate_plain", "generate_speculative",
+    "exact_continuations", "time_terms", "measure_speedup", "SpeedupTable",
 ]

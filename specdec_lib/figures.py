@@ -7,7 +7,7 @@ import sys
 
 from .presentation.style import DPI
 
-ACTS = ("distribution", "block_decoder", "token_accounting", "cost_model")  # presentation modules, in course order
+ACTS = ("distribution", "block_decoder", "token_accounting", "cost_model", "measure_it")  # presentation modules, in course order
 
 
 def all_figures() -> dict:

@@ -1,0 +1,229 @@
+"""Lab: a causal transformer with a KV cache that can be cropped (rollback), and the trained target/draft pair.
+
+The cache holds keys and values for every position the model has read. Speculative decoding writes the
+k proposals into the caches before it knows which survive, so after verification both caches are
+cropped back to the accepted prefix: the target's for correctness (it must never condition on a
+rejected proposal), the draft's for efficiency (its next proposals start from the committed text).
+"""
+from __future__ import annotations
+
+import math
+import pathlib
+import sysconfig
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._checks import check_int
+
+WEIGHTS_DIR = pathlib.Path(__file__).parent / "weights"
+WEIGHTS_FILE = "pair.pt"
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """Shape of a CachedLM: vocabulary, width, heads, layers and the longest context it can hold."""
+
+    vocab: int = 256
+    d_model: int = 64
+    n_head: int = 2
+    n_layer: int = 1
+    max_len: int = 512
+
+    def __post_init__(self) -> None:
+        for name in ("vocab", "d_model", "n_head", "max_len"):
+            check_int(name, getattr(self, name), minimum=2 if name == "vocab" else 1)
+        check_int("n_layer", self.n_layer, minimum=0)
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model must be divisible by n_head, got d_model={self.d_model}, n_head={self.n_head}")
+
+
+# The trained pair (`make models`): the target has 4 layers of width 128, the draft 1 layer of width 32.
+TARGET_CONFIG = LMConfig(vocab=256, d_model=128, n_head=4, n_layer=4, max_len=192)
+DRAFT_CONFIG = LMConfig(vocab=256, d_model=32, n_head=1, n_layer=1, max_len=192)
+
+
+class KVCache:
+    """Keys and values of every layer, preallocated to max_len; `length` positions are valid.
+
+    crop(n) is the rollback: it forgets every position from n on (O(1): the buffers are simply
+    overwritten by the next forward).
+    """
+
+    def __init__(self, config: LMConfig, batch: int = 1, *, dtype=torch.float32, device=None):
+        hs = config.d_model // config.n_head
+        shape = (config.n_layer, batch, config.n_head, config.max_len, hs)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)  # (n_layer, B, nh, max_len, hs)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)  # (n_layer, B, nh, max_len, hs)
+        self.max_len = config.max_len
+        self.length = 0
+
+    def crop(self, n: int) -> None:
+        """Roll back to the first n positions (0 <= n <= length)."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f"n must lie in [0, {self.length}] (the cached length), got {n}")
+        self.length = n
+
+
+class CachedAttention(nn.Module):
+    """Causal self-attention that reads earlier positions from a KVCache and appends the new ones."""
+
+    def __init__(self, d_model: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, start: int) -> torch.Tensor:
+        """x (B, T, C) at positions start .. start+T-1; attends to cached positions 0 .. start-1 as well."""
+        B, T, C = x.shape
+        hs = C // self.n_head
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
+        if cache is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
+        else:
+            end = start + T
+            cache.k[layer, :, :, start:end] = k
+            cache.v[layer, :, :, start:end] = v
+            k, v = cache.k[layer, :, :, :end], cache.v[layer, :, :, :end]  # (B, nh, end, hs)
+            if T == 1:  # one new position sees everything cached: no mask
+                y = F.scaled_dot_product_attention(q, k, v)
+            elif start == 0:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:  # new position start+i sees keys 0 .. start+i
+                mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(diagonal=start)  # (T, end)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
+
+
+class CachedBlock(nn.Module):
+    """Pre-LayerNorm block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, d_model: int, n_head: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d_model)
+        self.attn = CachedAttention(d_model, n_head)
+        self.ln_2 = nn.LayerNorm(d_model)
+        self.fc = nn.Linear(d_model, 4 * d_model)
+        self.out = nn.Linear(4 * d_model, d_model)
+
+    def forward(self, x, layer, cache, start):
+        x = x + self.attn(self.ln_1(x), layer, cache, start)  # (B, T, C)
+        return x + self.out(F.gelu(self.fc(self.ln_2(x))))  # (B, T, C)
+
+
+class CachedLM(nn.Module):
+    """A decoder-only causal LM with an optional KV cache; seeded init from a private generator."""
+
+    def __init__(self, config: LMConfig, *, seed: int = 0, init_std: float = 0.02):
+        super().__init__()
+        self.config = config
+        self.vocab, self.max_len = config.vocab, config.max_len  # what sd.check_alignment reads
+        self.tok_emb = nn.Embedding(config.vocab, config.d_model)
+        self.pos_emb = nn.Embedding(config.max_len, config.d_model)
+        self.blocks = nn.ModuleList([CachedBlock(config.d_model, config.n_head) for _ in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.head = nn.Linear(config.d_model, config.vocab)
+        self.init_weights(seed, init_std)
+        self.eval()
+
+    @torch.no_grad()
+    def init_weights(self, seed: int, std: float = 0.02) -> None:
+        """Normal(0, std) weights (residual projections scaled by 1/sqrt(2 n_layer)), zero biases, unit norms."""
+        g = torch.Generator().manual_seed(check_int("seed", seed))
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+            elif ".ln_" in name or name.startswith("ln_"):
+                p.fill_(1.0)
+            else:
+                scale = 1 / math.sqrt(2 * max(1, self.config.n_layer)) if name.endswith(("proj.weight", "out.weight")) else 1.0
+                p.copy_(torch.randn(p.shape, generator=g) * std * scale)
+
+    def new_cache(self, batch: int = 1) -> KVCache:
+        """An empty cache for `batch` sequences, on this model's device and dtype."""
+        w = self.head.weight
+        return KVCache(self.config, batch, dtype=w.dtype, device=w.device)
+
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits (B, T, vocab) for token ids (B, T); logits[:, r] predicts the token after position r.
+
+        With a cache, idx continues the cached positions, and the cache grows by T.
+        """
+        if idx.dim() != 2:
+            raise ValueError(f"idx must have shape (B, T), got {tuple(idx.shape)}")
+        start = 0 if cache is None else cache.length
+        T = idx.shape[1]
+        if start + T > self.max_len:
+            raise ValueError(f"idx is too long: {start} cached + {T} new positions exceed max_len = {self.max_len}")
+        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
+        x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, T, C)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, layer, cache, start)  # (B, T, C)
+        if cache is not None:
+            cache.length = start + T
+        return self.head(self.ln_f(x))  # (B, T, vocab)
+
+
+def n_params(model: nn.Module) -> int:
+    """Number of parameters."""
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---- the corpus: the Python standard library's own source, as bytes ------------------------------
+
+def corpus_files() -> list[pathlib.Path]:
+    """The top-level *.py files of this interpreter's standard library, sorted by name."""
+    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
+    return sorted(root.glob("*.py"))
+
+
+def corpus(split: str = "train") -> torch.Tensor:
+    """Bytes (uint8 tensor) of the corpus: 'train' is 9 files in 10, 'heldout' the rest (every 10th file)."""
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    files = [f for i, f in enumerate(corpus_files()) if (i % 10 == 0) == (split == "heldout")]
+    data = b"".join(f.read_bytes() for f in files)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def corpus_prompts(n: int, length: int, *, seed: int = 0) -> list[torch.Tensor]:
+    """n prompts (LongTensor (length,)) cut from the held-out files at seeded offsets, each at a line start."""
+    n, length = check_int("n", n, minimum=1), check_int("length", length, minimum=1)
+    data = corpus("heldout")
+    g = torch.Generator().manual_seed(check_int("seed", seed))
+    starts = torch.randint(0, data.numel() - 4 * length, (n,), generator=g).tolist()
+    out = []
+    for s in starts:
+        while s > 0 and data[s - 1] != 10:  # back up to the start of the line
+            s -= 1
+        out.append(data[s:s + length].long())
+    return out
+
+
+# ---- the trained pair --------------------------------------------------------------------------------
+
+def load_pair(device: str | torch.device = "cpu") -> tuple[CachedLM, CachedLM]:
+    """(target, draft) with the weights trained by `make models`, in eval mode, as float32 on `device`."""
+    path = WEIGHTS_DIR / WEIGHTS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no trained weights at specdec_lib/weights/{WEIGHTS_FILE}: run `make models`")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    models = []
+    for name in ("target", "draft"):
+        model = CachedLM(LMConfig(**state[f"{name}_config"]))
+        model.load_state_dict({k: v.float() for k, v in state[name].items()})
+        models.append(model.to(device).eval())
+    return models[0], models[1]
+
+
+def save_pair(target: CachedLM, draft: CachedLM, path: pathlib.Path) -> None:
+    """Write both models' weights (as float16, to halve the file) and configs to path."""
+    state = {}
+    for name, model in (("target", target), ("draft", draft)):
+        state[name] = {k: v.detach().to("cpu", torch.float16) for k, v in model.state_dict().items()}
+        state[f"{name}_config"] = asdict(model.config)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path)

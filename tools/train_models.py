@@ -1,0 +1,96 @@
+"""Train the lab's target and draft models on the Python standard library's own source (`make models`).
+
+Corpus: the top-level *.py files of this interpreter's standard library (sysconfig's "stdlib" path),
+sorted by name, read as bytes (vocabulary 256); every 10th file is held out for prompts
+(specdec_lib.models.corpus). Both models are trained from fixed seeds with fixed step counts on the CPU,
+so a rerun reproduces the weights bit for bit only with the same Python version (the standard library's
+files differ between versions), the same torch version and the same thread count (TRAIN_THREADS).
+Writes specdec_lib/weights/pair.pt (float16 weights and both configs; loaded by sd.load_pair()).
+
+usage: python tools/train_models.py [--steps-scale X]   (X < 1 for a quick smoke run; writes nothing unless --out)
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from specdec_lib import models
+
+TRAIN_THREADS = 2
+SEED = 1234
+PLAN = {  # name: (config, seed, steps, batch, lr)
+    "target": (models.TARGET_CONFIG, 1, 120, 8, 4e-3),
+    "draft": (models.DRAFT_CONFIG, 2, 200, 8, 1e-2),
+}
+SEQ = 192  # training context = the models' max_len
+
+
+def batches(data: torch.Tensor, batch: int, seq: int, g: torch.Generator):
+    """Endless (x, y) pairs of shape (batch, seq): random windows of the corpus and the same shifted by one."""
+    while True:
+        starts = torch.randint(0, data.numel() - seq - 1, (batch,), generator=g)  # (batch,)
+        idx = starts[:, None] + torch.arange(seq + 1)  # (batch, seq + 1)
+        chunk = data[idx].long()
+        yield chunk[:, :-1], chunk[:, 1:]
+
+
+def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: float) -> models.CachedLM:
+    config, seed, steps, batch, lr = PLAN[name]
+    steps = max(1, int(steps * steps_scale))
+    torch.manual_seed(SEED + seed)  # nothing below draws from the global generator; belt and braces
+    model = models.CachedLM(config, seed=seed).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    data_iter = batches(data, batch, SEQ, torch.Generator().manual_seed(SEED + 10 * seed))
+    t0 = time.perf_counter()
+    for step in range(steps):
+        x, y = next(data_iter)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 20 == 0 or step == steps - 1:
+            print(f"{name:>6} step {step:4d}/{steps}  loss {loss.item():.3f} nats/byte  {time.perf_counter() - t0:6.1f}s",
+                  flush=True)
+    model.eval()
+    with torch.no_grad():
+        x, y = next(batches(heldout, 16, SEQ, torch.Generator().manual_seed(SEED)))
+        val = F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
+    print(f"{name:>6}: {models.n_params(model):,} parameters, held-out loss {val:.3f} nats/byte, "
+          f"{time.perf_counter() - t0:.0f}s", flush=True)
+    return model
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every step count (smoke runs)")
+    parser.add_argument("--out", type=pathlib.Path, default=None,
+                        help="weights file (default specdec_lib/weights/pair.pt for a full run)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(TRAIN_THREADS)
+    out = args.out or (models.WEIGHTS_DIR / models.WEIGHTS_FILE if args.steps_scale == 1.0 else None)
+    data, heldout = models.corpus("train"), models.corpus("heldout")
+    print(f"corpus: {len(models.corpus_files())} stdlib files, {data.numel():,} training bytes, "
+          f"{heldout.numel():,} held out; Python {sys.version.split()[0]}, torch {torch.__version__}")
+    t0 = time.perf_counter()
+    target = train("target", data, heldout, args.steps_scale)
+    draft = train("draft", data, heldout, args.steps_scale)
+    print(f"trained both in {time.perf_counter() - t0:.0f}s")
+    if out is not None:
+        models.save_pair(target, draft, out)
+        print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
