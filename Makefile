@@ -1,7 +1,9 @@
 # specdec: build and test entry points (GNU make >= 4.0; tried with 4.3).
 #
 #   make install     create .venv (if missing) and install the exact pins of requirements.lock + specdec_lib (editable)
-#   make test        pytest tests/, then nbval over notebooks/*.ipynb (skipped while there are none)
+#   make test        pytest tests/ (without tests/e2e), then nbval over notebooks/*.ipynb (skipped while there are none)
+#   make e2e         make book, then the browser tests tests/e2e (Playwright + Debian's /usr/bin/chromium; not in `make test`)
+#   make book        offline HTML edition of the notebooks in _book/ (open _book/index.html; scripts fetched with npm pack)
 #   make lab         JupyterLab on notebooks/, bound to 127.0.0.1, token auth (random token unless JUPYTER_TOKEN is set)
 #   make notebooks   execute every notebooks/*.ipynb top to bottom in a fresh kernel, in place
 #   make figures     python -m specdec_lib.figures figures/ (skipped while the module does not exist)
@@ -12,7 +14,8 @@
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
 # Variables: PYTHON (interpreter that creates .venv, default python3), LAB_PORT (default 8888),
-#            NB_TIMEOUT (seconds per cell for `make notebooks`, default 600).
+#            NB_TIMEOUT (seconds per cell for `make notebooks` and `make book`, default 600),
+#            E2E_UPDATE_SCREENSHOTS=1 (`make e2e` also copies its screenshots into docs/screenshots/ for the README).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -30,7 +33,7 @@ STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 NB_TIMEOUT ?= 600
 
-.PHONY: all install test test-lib test-notebooks lab notebooks figures bench models measure lock clean distclean help
+.PHONY: all install test test-lib test-notebooks e2e book lab notebooks figures bench models measure lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -63,9 +66,10 @@ install: $(STAMP)
 
 test: test-lib test-notebooks
 
+# The browser tests (tests/e2e) are left to `make e2e`: they need Chromium and take minutes.
 test-lib: $(STAMP)
-	@echo "+ $(VPY) -m pytest tests/"
-	$(VPY) -m pytest tests/
+	@echo "+ $(VPY) -m pytest tests/ --ignore=tests/e2e"
+	$(VPY) -m pytest tests/ --ignore=tests/e2e
 
 test-notebooks: $(STAMP)
 	@shopt -s nullglob
@@ -73,6 +77,19 @@ test-notebooks: $(STAMP)
 	if (( $${#nbs[@]} == 0 )); then echo "test-notebooks: no notebooks/*.ipynb yet, nbval skipped"; exit 0; fi
 	echo "+ $(VPY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/"
 	$(VPY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/
+
+# Each notebook in a real JupyterLab (run all, no errors, every slider and dropdown redraws its view), then the
+# offline edition in Chromium with the network cut off. Needs /usr/bin/chromium (Debian's; .ci/run installs it).
+e2e: book
+	@echo "+ $(VPY) -m pytest -m e2e tests/e2e"
+	$(VPY) -m pytest -m e2e tests/e2e
+
+# Offline HTML edition: executes copies of the notebooks (build/book/, widget state stored), exports them to
+# _book/ with require.js, the widget manager and MathJax served from _book/_static/ (fetched with npm pack).
+book: $(STAMP)
+	@export JUPYTER_PREFER_ENV_PATH=1
+	echo "+ $(VPY) tools/book/build_book.py --out _book --timeout $(NB_TIMEOUT)"
+	$(VPY) tools/book/build_book.py --out _book --timeout $(NB_TIMEOUT)
 
 # Local only: 127.0.0.1 and a token, never an empty one. --allow-root only when running as root.
 lab: $(STAMP)

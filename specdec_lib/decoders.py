@@ -84,7 +84,7 @@ def decoder_args(P, Q, start, horizon, k, mode, *, Q_bad=None, temperature=1.0, 
 
 
 def _round(spec: DecoderSpec, tables: dict, s, d0, k: int, u):
-    """One round for m sequences in state s (m,), draft state d0 (m,): (tokens (m, k+2), emitted (m,), accepted, y_k)."""
+    """One round for m sequences in state s (m,), draft state d0 (m,): (tokens (m, k+2), emitted, accepted, y_k)."""
     V = tables["draft_cdf"].shape[0]
     m = s.shape[0]
     dctx = torch.empty(m, k + 1, dtype=torch.long)  # dctx[:, j]: the state proposal j + 1 is drafted from
@@ -107,20 +107,28 @@ def _round(spec: DecoderSpec, tables: dict, s, d0, k: int, u):
     accepted = ok.long().cumprod(-1).sum(-1)  # (m,)
     full = accepted == k
     last_prop = props[:, -1] if k else s
-    nxt = draw(tables["bonus_cdf"].index_select(0, last_prop), u[2 * k])  # the bonus, after y_k (or s when k = 0)
-    if k:
-        slot = accepted.clamp(max=k - 1)[:, None]  # (m, 1) the rejected slot (clamped for full blocks)
-        if spec.acceptance == "match":
-            fix = sample.gather(1, slot).squeeze(1)  # the target's own sample replaces the proposal
-        else:
-            u_fix = u_acc.gather(1, slot).squeeze(1) if spec.residual_uniform == "reused" else u[2 * k]
-            at = (judge.gather(1, slot).squeeze(1) * V + qctx.gather(1, slot).squeeze(1)) * V \
-                + props.gather(1, slot).squeeze(1)
-            fix = draw(tables["res_cdf"].reshape(V ** 3, V).index_select(0, at), u_fix)
-        nxt = torch.where(full, nxt, fix)
+    bonus_row = V ** 3 + last_prop  # the bonus rows follow the V^3 residual rows in tables["fix_cdf"]
+    if not k:
+        return _commit(spec, props, accepted, full, draw(tables["fix_cdf"].index_select(0, bonus_row), u[0])) + (s,)
+    slot = accepted.clamp(max=k - 1)[:, None]  # (m, 1) the rejected slot (clamped for full blocks)
+    if spec.acceptance == "match":
+        bonus = draw(tables["fix_cdf"].index_select(0, bonus_row), u[2 * k])
+        nxt = torch.where(full, bonus, sample.gather(1, slot).squeeze(1))  # the target's own sample at a mismatch
+    else:
+        at = (judge.gather(1, slot).squeeze(1) * V + qctx.gather(1, slot).squeeze(1)) * V \
+            + props.gather(1, slot).squeeze(1)  # residual row [judge, believed state, rejected token]
+        u_fix = u[2 * k]
+        if spec.residual_uniform == "reused":  # the rejected slot's acceptance uniform, U(a, 1) given a rejection
+            u_fix = torch.where(full, u_fix, u_acc.gather(1, slot).squeeze(1))
+        nxt = draw(tables["fix_cdf"].index_select(0, torch.where(full, bonus_row, at)), u_fix)
+    return _commit(spec, props, accepted, full, nxt) + (last_prop,)
+
+
+def _commit(spec: DecoderSpec, props, accepted, full, nxt):
+    """(tokens (m, k+2), emitted (m,), accepted): accepted proposals, then the target's token (scratch after it)."""
     where = accepted + (spec.keep_rejected & ~full).long()  # (m,) slot of the target's token
     tokens = torch.cat([props, nxt[:, None], nxt[:, None]], 1).scatter(1, where[:, None], nxt[:, None])
-    return tokens, where + 1, accepted, last_prop
+    return tokens, where + 1, accepted
 
 
 def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k: int, n: int,
@@ -140,9 +148,11 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k:
     generator = check_generator(generator)
     if log is not None and getattr(log, "k", None) != k:
         raise ValueError(f"log must be a SpecDecodeLog with the same k = {k}")
+    V = target.shape[0]
+    bonus_cdf = cdf_table(target if spec.bonus == "target" else draft)  # (V, V) indexed by y_k
     tables = {"draft_cdf": cdf_table(propose), "acc": accept_table(target, ratio).reshape(-1),
-              "target_cdf": cdf_table(target), "res_cdf": residual_table(target, ratio, spec.residual),
-              "bonus_cdf": cdf_table(target if spec.bonus == "target" else draft)}
+              "target_cdf": cdf_table(target),
+              "fix_cdf": torch.cat([residual_table(target, ratio, spec.residual).reshape(V ** 3, V), bonus_cdf])}
     phantom_cdf = cdf_table(draft)
 
     width = horizon + k + 3  # committed tokens, plus room for one round's overshoot
@@ -154,10 +164,11 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k:
     live = torch.arange(n)  # unfinished sequences
     while live.numel():
         m = live.numel()
-        u = torch.rand(2 * k + 2, m, dtype=torch.float64, generator=generator)  # rows: draft | accept | fix | phantom
+        rows = 2 * k + 1 + spec.phantom  # uniforms per sequence: draft | accept | fix (| phantom)
+        u = torch.rand(rows, m, dtype=torch.float64, generator=generator)
         s = last[live]
         d0 = {"committed": s, "own_last_proposal": draft_last[live], "one_too_far": before[live]}[spec.draft_context]
-        tokens, emitted, accepted, last_prop = _round(spec, tables, s, d0, k, u)
+        tokens, emitted, accepted, last_prop = _round(spec, tables, s, d0, k, u)  # last_prop: y_k
         at = length[live]
         cols = (live * width + at)[:, None] + torch.arange(k + 2)  # (m, k+2) flat positions of this round's tokens
         buf.view(-1).index_copy_(0, cols.reshape(-1), tokens.reshape(-1))  # scratch past the commit is overwritten later
