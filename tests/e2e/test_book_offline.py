@@ -16,7 +16,7 @@ import time
 import pytest
 import nbformat
 
-from conftest import NOTEBOOKS, ROOT, record_timing, save_screenshot, shows_widgets
+from e2e_support import NOTEBOOKS, ROOT, record_timing, save_screenshot, shows_widgets
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import NOTEBOOKS, record_timing, save_screenshot, shows_widgets
+from e2e_support import NOTEBOOKS, record_timing, save_screenshot, shows_widgets
 
 pytestmark = pytest.mark.e2e
 
