@@ -4,6 +4,8 @@
 #   make test        pytest tests/ (without tests/e2e), then nbval over notebooks/*.ipynb (skipped while there are none)
 #   make e2e         make book, then the browser tests tests/e2e (Playwright + Debian's /usr/bin/chromium; not in `make test`)
 #   make book        offline HTML edition of the notebooks in _book/ (open _book/index.html; scripts fetched with npm pack)
+#   make student     learners' copies in student/: solution cells stubbed (NotImplementedError), outputs cleared
+#   make test-student  make student's copies run top to bottom, failing only in exercise checks (slow, minutes)
 #   make lab         JupyterLab on notebooks/, bound to 127.0.0.1, token auth (random token unless JUPYTER_TOKEN is set)
 #   make notebooks   execute every notebooks/*.ipynb top to bottom in a fresh kernel, in place
 #   make figures     python -m specdec_lib.figures figures/ (skipped while the module does not exist)
@@ -33,7 +35,7 @@ STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 NB_TIMEOUT ?= 600
 
-.PHONY: all install test test-lib test-notebooks e2e book lab notebooks figures bench models measure lock clean distclean help
+.PHONY: all install test test-lib test-notebooks test-student student e2e book lab notebooks figures bench models measure lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -90,6 +92,16 @@ book: $(STAMP)
 	@export JUPYTER_PREFER_ENV_PATH=1
 	echo "+ $(VPY) tools/book/build_book.py --out _book --timeout $(NB_TIMEOUT)"
 	$(VPY) tools/book/build_book.py --out _book --timeout $(NB_TIMEOUT)
+
+# Learners' copies: every `solution` cell's function bodies become NotImplementedError stubs (tools/make_student.py).
+student: $(STAMP)
+	@echo "+ $(VPY) tools/make_student.py --out student"
+	$(VPY) tools/make_student.py --out student
+
+# Executes each student copy with nbclient: only the `exercise-check` cells may fail, with NotImplementedError.
+test-student: $(STAMP)
+	@echo "+ $(VPY) -m pytest -m slow tests/test_student.py"
+	$(VPY) -m pytest -m slow tests/test_student.py
 
 # Local only: 127.0.0.1 and a token, never an empty one. --allow-root only when running as root.
 lab: $(STAMP)

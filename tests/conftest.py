@@ -18,3 +18,18 @@ def _fingerprint(fig) -> bytes:
 def fast_png(monkeypatch):
     """Skip PNG rendering in slider tests (rendering itself is tested in test_presentation_widgets)."""
     monkeypatch.setattr(widgets, "png_bytes", _fingerprint)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: minutes long (the student notebooks executed); run by `make test-student`, "
+                                       "skipped unless -m selects slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked slow are skipped unless the -m expression names them (make test-student: -m slow)."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run by `make test-student` (pytest -m slow tests/test_student.py)")
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(skip)
