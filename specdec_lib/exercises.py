@@ -308,7 +308,7 @@ def _as_verdict(out, k: int, V: int, on: str) -> tuple[int, list[int]]:
 
 
 def check_verify_block(verify_block, *, raise_on_failure: bool = True, verbose: bool = True,
-                       n: int = 3_000) -> Report:
+                       n: int = 2_000) -> Report:
     """Exercise 2.1: verify_block(p_rows (k+1, V), q_rows (k, V), proposals (k,), generator) -> (accepted, tokens)."""
     def body(fn, report):
         p_rows, q_rows, y = _block()
