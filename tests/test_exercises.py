@@ -9,6 +9,7 @@ import torch
 
 import specdec_lib as sd
 from specdec_lib import exercises as ex
+from specdec_lib.exercises import block_decoder as ex_block
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CHECK_CALL = re.compile(r"sd\.exercises\.(check_\w+)\((\w+)\)")
@@ -221,13 +222,13 @@ def test_smallest_catching_m_diagnoses():
 
     def with_threshold(threshold, plain_target=False, ignore_k=False):
         def fn(mode, k=2):
-            tv, target = ex._catch_tv(mode, 2 if ignore_k else k)
+            tv, target = ex_block._catch_tv(mode, 2 if ignore_k else k)
             if plain_target:
                 ch = sd.reference_chain()
                 law = sd.exact_decoder_distribution(ch.P, ch.Q, 0, 3, k, mode, Q_bad=ch.Q_bad)
                 target = sd.exact_sequence_distribution(ch.P, 0, 3)
                 tv = 0.5 * (law - target).abs().sum().item()
-            return ex._first_m(target, tv, threshold)
+            return ex_block._first_m(target, tv, threshold)
         return fn
 
     failing(ex.check_smallest_catching_m, with_threshold(sd.tv_noise_mean), "tv_noise_mean", "tv_noise_bound")

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
 from matplotlib.colors import TwoSlopeNorm
 
 from .. import cost

@@ -1,0 +1,22 @@
+"""Workshop exercises: one checker per exercise, each saying in plain words what is wrong.
+
+A checker takes the learner's function, runs it on fixed inputs with seeded generators, compares the result with
+the library and with the laws of known mistakes, prints a `Report`, and raises AssertionError when something is
+wrong (`raise_on_failure=False` returns the report instead). Thresholds for sampled checks come from the sample
+size (`tv_noise_bound`). An exception raised by the learner's function is reported, never propagated, except
+NotImplementedError: an unfinished stub re-raises it unchanged.
+
+Act I   check_residual, check_acceptance_probability, check_speculative_sample
+Act II  check_verify_block, check_smallest_catching_m
+Act III check_expected_tokens, check_conditional_acceptance
+Act IV  check_speedup, check_best_k
+"""
+from ._report import Report
+from .block_decoder import check_smallest_catching_m, check_verify_block
+from .cost_model import check_best_k, check_speedup
+from .distribution import check_acceptance_probability, check_residual, check_speculative_sample
+from .token_accounting import check_conditional_acceptance, check_expected_tokens
+
+__all__ = ["Report", "check_residual", "check_acceptance_probability", "check_speculative_sample",
+           "check_verify_block", "check_smallest_catching_m", "check_expected_tokens",
+           "check_conditional_acceptance", "check_speedup", "check_best_k"]
