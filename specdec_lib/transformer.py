@@ -132,34 +132,34 @@ class TinyCausalLM(nn.Module):
         return self.head(x)                        # (B, T, vocab)
 
 
-def _check_idx(idx, vocab: int, max_len: int) -> None:
-    """Raise unless idx is a (B, T) LongTensor of token ids in [0, vocab) with 1 <= T <= max_len."""
-    if not isinstance(idx, torch.Tensor):
-        raise TypeError(f"idx must be a torch.Tensor, got {type(idx).__name__}")
-    if idx.dtype != torch.long:
-        raise TypeError(f"idx must be a LongTensor (dtype torch.int64), got dtype {idx.dtype}")
-    if idx.dim() != 2:
-        raise ValueError(f"idx must have shape (B, T), got shape {tuple(idx.shape)}")
-    if idx.shape[1] == 0:
-        raise ValueError("idx must hold at least one position (T >= 1)")
-    if idx.shape[1] > max_len:
-        raise ValueError(f"idx is too long: T = {idx.shape[1]} exceeds max_len = {max_len}")
-    if idx.numel() and (idx.min() < 0 or idx.max() >= vocab):
-        raise ValueError(f"idx must hold token ids in [0, {vocab}), got min {idx.min().item()}, max {idx.max().item()}")
-
-
-def _check_tokens(name: str, x, vocab: int, *, allow_empty: bool) -> torch.Tensor:
-    """Raise unless x is a 1-D LongTensor of token ids in [0, vocab) (non-empty unless allow_empty)."""
+def _check_ids(name: str, x, vocab: int, *, dims: int) -> torch.Tensor:
+    """Raise unless x is a LongTensor of token ids in [0, vocab) with `dims` dimensions."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype != torch.long:
         raise TypeError(f"{name} must be a LongTensor (dtype torch.int64), got dtype {x.dtype}")
-    if x.dim() != 1:
-        raise ValueError(f"{name} must be 1-D, got shape {tuple(x.shape)}")
-    if not allow_empty and x.numel() == 0:
-        raise ValueError(f"{name} must be non-empty")
+    if x.dim() != dims:
+        want = "shape (B, T)" if dims == 2 else "1-D"
+        raise ValueError(f"{name} must {'have ' if dims == 2 else 'be '}{want}, got shape {tuple(x.shape)}")
     if x.numel() and (x.min() < 0 or x.max() >= vocab):
         raise ValueError(f"{name} must hold token ids in [0, {vocab}), got min {x.min().item()}, max {x.max().item()}")
+    return x
+
+
+def _check_idx(idx, vocab: int, max_len: int) -> None:
+    """Raise unless idx is a (B, T) LongTensor of token ids in [0, vocab) with 1 <= T <= max_len."""
+    _check_ids("idx", idx, vocab, dims=2)
+    if idx.shape[1] == 0:
+        raise ValueError("idx must hold at least one position (T >= 1)")
+    if idx.shape[1] > max_len:
+        raise ValueError(f"idx is too long: T = {idx.shape[1]} exceeds max_len = {max_len}")
+
+
+def _check_tokens(name: str, x, vocab: int, *, allow_empty: bool) -> torch.Tensor:
+    """Raise unless x is a 1-D LongTensor of token ids in [0, vocab) (non-empty unless allow_empty)."""
+    _check_ids(name, x, vocab, dims=1)
+    if not allow_empty and x.numel() == 0:
+        raise ValueError(f"{name} must be non-empty")
     return x
 
 
