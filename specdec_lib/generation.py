@@ -54,6 +54,45 @@ def _pick(logits: torch.Tensor, temperature: float, top_k, generator) -> tuple[t
     return torch.multinomial(probs, 1, generator=generator), probs
 
 
+def decode_step(model, cache, last: torch.Tensor, *, temperature: float, top_k, generator) -> torch.Tensor:
+    """One plain decode step (T_1): feed the last token (1,), return the next one (1,) under the policy."""
+    return _pick(model(last[None], cache)[0, -1], temperature, top_k, generator)[0]
+
+
+def draft_block(draft, cache, x: torch.Tensor, k: int, *, temperature: float, top_k, generator):
+    """k sequential draft steps (D(k)) after feeding x (the 1 or 2 committed tokens the cache lacks).
+
+    Returns the proposals (k,) and the rows q that drew them ((k, V), or None when greedy).
+    """
+    proposals, q_rows = [], []
+    for _ in range(k):
+        x, q = _pick(draft(x[None], cache)[0, -1], temperature, top_k, generator)  # (1,), (V,) or None
+        proposals.append(x)
+        q_rows.append(q)
+    return torch.cat(proposals), (None if temperature == 0.0 else torch.stack(q_rows))
+
+
+def verify_round(target, t_cache, d_cache, last: torch.Tensor, proposals: torch.Tensor, q_rows, *, n: int,
+                 temperature: float, top_k, generator) -> tuple[int, torch.Tensor]:
+    """One verification (V(k)): a target pass over last (1,) + proposals (k,), the acceptance test, the rollback.
+
+    n is the number of committed tokens (the target's cache holds all but the last). Returns (A, the token
+    after the A accepted proposals, 0-d). Both caches are cropped to the n + A committed tokens: the
+    target's for correctness, the draft's so that its next proposals start from them.
+    """
+    block = torch.cat([last, proposals])  # (k+1,)
+    p_logits = target(block[None], t_cache)[0]  # (k+1, V); row j conditions on proposals[:j]
+    if temperature == 0.0:
+        accepted, nxt = greedy_batch(p_logits[None], proposals[None])
+    else:
+        p_rows = _probs(p_logits, temperature, top_k)  # (k+1, V)
+        accepted, nxt = verify_batch(p_rows[None], q_rows[None], proposals[None], generator)
+    a = int(accepted[0])
+    t_cache.crop(n + a)
+    d_cache.crop(min(d_cache.length, n + a))
+    return a, nxt[0]
+
+
 def _prefill(model, prompt: torch.Tensor):
     """A cache holding every prompt token but the last."""
     cache = model.new_cache()
@@ -93,8 +132,8 @@ def generate_plain(model, prompt: torch.Tensor, n_new: int, *, temperature: floa
     last = prompt[-1:]  # (1,)
     for i in range(n_new):
         t0 = time.perf_counter()
-        logits = model(last[None], cache)[0, -1]  # (V,) predicts token i
-        last, _ = _pick(logits, temperature, top_k, generator)
+        # (1,) token i
+        last = decode_step(model, cache, last, temperature=temperature, top_k=top_k, generator=generator)
         out[i] = last[0]
         if log is not None:
             _sync(out)
@@ -129,30 +168,14 @@ def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int
     while n < L + n_new:
         t0 = time.perf_counter()
         # draft: catch up on committed tokens it has not read (1, or 2 after a full block), then k steps
-        x = seq[d_cache.length:n]  # (1 or 2,)
-        proposals, q_rows = [], []
-        for _ in range(k):
-            logits = draft(x[None], d_cache)[0, -1]  # (V,)
-            x, q = _pick(logits, temperature, top_k, generator)  # (1,), (V,)
-            proposals.append(x)
-            q_rows.append(q)
-        proposals = torch.cat(proposals)  # (k,)
+        proposals, q_rows = draft_block(draft, d_cache, seq[d_cache.length:n], k, temperature=temperature, top_k=top_k,
+                                        generator=generator)
         _sync(proposals)
         t1 = time.perf_counter()
-        # verify: one target pass over the last committed token and the k proposals -> k+1 rows
-        block = torch.cat([seq[n - 1:n], proposals])  # (k+1,)
-        p_logits = target(block[None], t_cache)[0]  # (k+1, V); row j conditions on proposals[:j]
-        if temperature == 0.0:
-            accepted, nxt = greedy_batch(p_logits[None], proposals[None])
-        else:
-            p_rows = _probs(p_logits, temperature, top_k)  # (k+1, V)
-            accepted, nxt = verify_batch(p_rows[None], torch.stack(q_rows)[None], proposals[None], generator)
-        a = int(accepted[0])
+        a, nxt = verify_round(target, t_cache, d_cache, seq[n - 1:n], proposals, q_rows, n=n,
+                              temperature=temperature, top_k=top_k, generator=generator)
         seq[n:n + a] = proposals[:a]
-        seq[n + a] = nxt[0]
-        # rollback: forget the rejected proposals (target: correctness; draft: its next proposals)
-        t_cache.crop(n + a)
-        d_cache.crop(min(d_cache.length, n + a))
+        seq[n + a] = nxt
         emitted = min(a + 1, L + n_new - n)
         n += a + 1
         t2 = time.perf_counter()

@@ -17,84 +17,102 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import check_int
-from .generation import _pick, _sync, generate_plain, generate_speculative
+from .generation import _policy, _prefill, _sync, decode_step, draft_block, generate_plain, generate_speculative, verify_round
 from .telemetry import SpecDecodeLog
 
 
-def _median_time(fn, reps: int, sync: torch.Tensor) -> float:
-    """Median seconds of fn() over reps calls (after one warm-up call)."""
-    fn()
-    times = []
-    for _ in range(reps):
-        _sync(sync)
-        t0 = time.perf_counter()
+def _median_times(fns, reps: int, sync: torch.Tensor) -> list[float]:
+    """Median seconds of each fn() over reps calls, timed round-robin (fn 1, fn 2, ..., fn 1, ...).
+
+    Taking turns spreads any drift of the machine over every term alike, and runs each call after the
+    others, as inside a decoding loop. That order matters: a target pass that follows the draft's runs
+    about 5% slower than one that follows the target, as the two models take turns in the CPU caches.
+    """
+    for fn in fns:  # warm-up
         fn()
-        _sync(sync)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    times = [[] for _ in fns]
+    for _ in range(reps):
+        for fn, ts in zip(fns, times):
+            _sync(sync)
+            t0 = time.perf_counter()
+            fn()
+            _sync(sync)
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
 
 
 @torch.inference_mode()
 def time_terms(target, draft, context: torch.Tensor, ks, reps: int = 50, *, temperature: float = 0.0,
-               top_k: int | None = None) -> tuple[float, list[float], list[float]]:
-    """(T_1, [D(k)], [V(k)]) in seconds, each the median of reps timings at the given context (1-D ids).
+               top_k: int | None = None, seed: int = 0) -> tuple[float, list[float], list[float]]:
+    """(T_1, [D(k)], [V(k)]) in seconds: medians of reps timings of the decoders' own phases at context (1-D ids).
 
-    A decode step (in T_1 and in D(k)) includes choosing the token under the policy (argmax, or sampling).
+    T_1 is generate_plain's step (decode_step), timed in a row as in the plain loop; D(k) is the draft phase
+    of a speculative round (draft_block) and V(k) its verification (verify_round: one target pass over k+1
+    positions, the acceptance test on real proposals, the rollback), timed taking turns as in a round. Each
+    runs on caches holding context[:-1], as inside a round, and the caches are cropped back after every call.
     """
     ks = [check_int("k", k, minimum=1) for k in ks]
     reps = check_int("reps", reps, minimum=1)
+    temperature, top_k = _policy(temperature, top_k)
     L = context.numel()
-    t_cache, d_cache = target.new_cache(), draft.new_cache()
-    target(context[None], t_cache)
-    draft(context[None], d_cache)
-    last = context[-1:][None]  # (1, 1)
-    g = torch.Generator(device=context.device).manual_seed(0)
+    t_cache, d_cache = _prefill(target, context), _prefill(draft, context)  # both hold context[:-1]
+    last = context[-1:]  # (1,)
+    policy = {"temperature": temperature, "top_k": top_k,
+              "generator": torch.Generator(device=context.device).manual_seed(seed)}
+    blocks = {}  # k: (proposals (k,), q_rows (k, V) or None), real draws of the draft after context
+    for k in ks:
+        blocks[k] = draft_block(draft, d_cache, last, k, **policy)
+        d_cache.crop(L - 1)
 
-    def step():  # one plain decode step of the target
-        _pick(target(last, t_cache)[0, -1], temperature, top_k, g)
-        t_cache.crop(L)
+    def step():
+        decode_step(target, t_cache, last, **policy)
+        t_cache.crop(L - 1)
 
-    def draft_steps(k):
-        x = last
-        for _ in range(k):
-            x = _pick(draft(x, d_cache)[0, -1], temperature, top_k, g)[0][None]
-        d_cache.crop(L)
+    def drafting(k):
+        draft_block(draft, d_cache, last, k, **policy)
+        d_cache.crop(L - 1)
 
-    def verify(k):
-        target(context[None, -k - 1:], t_cache)
-        t_cache.crop(L)
+    def verifying(k):
+        verify_round(target, t_cache, d_cache, last, *blocks[k], n=L, **policy)
+        t_cache.crop(L - 1)
 
-    T_1 = _median_time(step, reps, context)
-    D = [_median_time(lambda: draft_steps(k), reps, context) for k in ks]
-    V = [_median_time(lambda: verify(k), reps, context) for k in ks]
-    return T_1, D, V
+    (T_1,) = _median_times([step], reps, context)  # steps in a row, as in the plain loop
+    fns = []  # D(k), V(k) for each k: the order of a round, each model running after the other
+    for k in ks:
+        fns += [lambda k=k: drafting(k), lambda k=k: verifying(k)]
+    times = _median_times(fns, reps, context)
+    return T_1, times[0::2], times[1::2]
+
+
+def _quartiles(xs) -> tuple[float, float, float]:
+    """(lower quartile, median, upper quartile) of a sample."""
+    q1, q2, q3 = statistics.quantiles(xs, n=4) if len(xs) > 1 else (xs[0],) * 3
+    return q1, q2, q3
 
 
 @dataclass(frozen=True)
 class SpeedupTable:
-    """Measured cost terms, predicted and measured speedups for each k (medians over repeats)."""
+    """Measured cost terms, predicted and measured speedups for each k."""
 
     ks: list[int]
-    T_1: float  # seconds
-    c_d: list[float]  # D(k) / (k T_1)
-    c_v: list[float]  # V(k) / T_1
-    e_n: list[float]  # tokens per round, measured
+    T_1: float  # seconds, median over pairs
+    c_d: list[float]  # D(k) / (k T_1), median over pairs
+    c_v: list[float]  # V(k) / T_1, median over pairs
+    e_n: list[float]  # tokens per round of the speculative runs
     alpha: list[float | None]  # conditional acceptance by position, from the largest k
-    overhead: list[float]  # O(k) / T_1: a real round's time minus D(k) + V(k)
-    plain_step: float  # a plain decoding loop's time per token / T_1 (1 when the loop adds nothing)
     predicted: list[float]  # E[N] / (k c_d + c_v(k))
-    predicted_with_overhead: list[float]  # E[N] plain_step / (k c_d + c_v(k) + O(k))
-    measured: list[float]  # tokens/s speculative over tokens/s plain
+    measured: list[float]  # median over pairs of (tokens/s speculative) / (tokens/s plain)
+    measured_iqr: list[tuple[float, float]]  # quartiles of those pairs: how noisy the clock was
+    overhead: list[float]  # O(k) / T_1: a real round, in plain-loop steps, minus k c_d + c_v(k)
+    plain_step: float  # the plain loop's time per token / T_1 (1 when the loop adds nothing to a step)
+    T_1_range: tuple[float, float]  # smallest and largest T_1 over pairs: how much the machine drifted
     repeats: int
-    load: str = ""
+    pairs: int  # plain/speculative pairs per k
 
     @property
     def rel_error(self) -> list[float]:
+        """|predicted - measured| / measured for each k."""
         return [abs(p - m) / m for p, m in zip(self.predicted, self.measured)]
-
-    @property
-    def rel_error_with_overhead(self) -> list[float]:
-        return [abs(p - m) / m for p, m in zip(self.predicted_with_overhead, self.measured)]
 
     @property
     def max_rel_error(self) -> float:
@@ -106,15 +124,20 @@ class SpeedupTable:
         return sum(k * k * c for k, c in zip(self.ks, self.c_d)) / sum(k * k for k in self.ks)
 
     def table(self) -> str:
-        head = (f"{'k':>3}{'c_d':>7}{'c_v(k)':>8}{'E[N]':>7}{'pred S':>8}{'meas S':>8}{'rel err':>9}"
-                f"{'O(k)/T_1':>10}")
-        lines = [f"T_1 = {self.T_1 * 1e3:.3f} ms per plain decode step; fitted c_d = {self.c_d_fit:.3f}; "
-                 f"plain loop step = {self.plain_step:.3f} T_1; medians of {self.repeats} repeats", head]
+        lo, hi = self.T_1_range
+        head = (f"{'k':>3}{'c_d':>7}{'c_v(k)':>8}{'E[N]':>7}{'pred S':>8}{'meas S':>8}{'(quartiles)':>14}"
+                f"{'rel err':>9}{'O(k)/T_1':>10}")
+        lines = [f"T_1 = {self.T_1 * 1e3:.3f} ms per plain decode step (from {lo * 1e3:.3f} to {hi * 1e3:.3f} over "
+                 f"{self.pairs * len(self.ks)} pairs); fitted c_d = {self.c_d_fit:.3f}; plain loop step = {self.plain_step:.3f} T_1",
+                 head]
         for i, k in enumerate(self.ks):
+            q1, q3 = self.measured_iqr[i]
             lines.append(f"{k:>3}{self.c_d[i]:>7.3f}{self.c_v[i]:>8.3f}{self.e_n[i]:>7.3f}{self.predicted[i]:>8.3f}"
-                         f"{self.measured[i]:>8.3f}{self.rel_error[i]:>9.3f}{self.overhead[i]:>10.3f}")
-        lines.append("O(k): a real round's time minus D(k) + V(k) timed alone (acceptance, rollback, Python, "
-                     "and forwards slowed by sharing the CPU caches)")
+                         f"{self.measured[i]:>8.3f}{f'({q1:.3f}-{q3:.3f})':>14}{self.rel_error[i]:>9.3f}"
+                         f"{self.overhead[i]:>10.3f}")
+        lines.append(f"meas S: median of {self.pairs} plain/speculative pairs per k, each pair run back to back")
+        lines.append("O(k): a real round (in plain-loop steps) minus k c_d + c_v(k) timed alone: the draft's catch-up "
+                     "after a full block, committing tokens, timers")
         alpha = " ".join("-" if a is None else f"{a:.2f}" for a in self.alpha)
         lines.append(f"conditional acceptance by position (k = {self.ks[-1]}): {alpha}")
         return "\n".join(lines)
@@ -123,65 +146,69 @@ class SpeedupTable:
         return self.table()
 
 
-def _tps(log: SpecDecodeLog) -> float:
+def _seconds_per(log: SpecDecodeLog) -> tuple[float, float]:
+    """(seconds per token, seconds per round) of a log."""
     s = log.summary()
-    return s.tokens / (s.draft_time + s.verify_time)
+    total = s.draft_time + s.verify_time
+    return total / s.tokens, total / s.rounds
 
 
-def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, repeats: int = 3, reps: int = 30,
+def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, repeats: int = 5, reps: int = 5,
                     temperature: float = 0.0, top_k: int | None = None, seed: int = 0) -> SpeedupTable:
-    """Time T_1, D(k), V(k), run plain and speculative decoding on the prompts, and compare S(k) with the clock.
+    """Time T_1, D(k), V(k) on their own, decode the prompts plainly and speculatively, and set S(k) against the clock.
 
-    Every repeat times the terms (at the context halfway through a run) and decodes every prompt plainly
-    and with each k, interleaved, so slow drifts of the machine hit both sides alike; medians are taken
-    over repeats. Greedy by default (temperature 0); otherwise sampled under (temperature, top_k).
+    The machine's speed drifts (on a shared VM by 2x within seconds), so nothing is compared across
+    time. Each pair times the terms round-robin (time_terms, reps calls of each) and then runs plain and
+    speculative decoding on one prompt, back to back. c_d and c_v(k) are medians over the pairs of
+    ratios timed together; the measured speedup is the median over the pairs of their tokens/s ratios.
+    Every repeat runs one pair per prompt and k. Greedy by default (temperature 0); otherwise both
+    decoders sample under (temperature, top_k).
     """
     ks = [check_int("k", k, minimum=1) for k in ks]
+    if not ks:
+        raise ValueError("ks must hold at least one k")
     repeats = check_int("repeats", repeats, minimum=1)
     n_new = check_int("n_new", n_new, minimum=1)
+    temperature, top_k = _policy(temperature, top_k)
     prompts = list(prompts)
-    mid = prompts[0].numel() + n_new // 2
-    context = generate_plain(target, prompts[0], mid - prompts[0].numel())
-    context = torch.cat([prompts[0], context])  # (mid,) a real context
+    if not prompts:
+        raise ValueError("prompts must hold at least one prompt")
+    context = torch.cat([prompts[0], generate_plain(target, prompts[0], max(1, n_new // 2))])  # a real context
     policy = "greedy" if temperature == 0 else f"sample (top_k={top_k})"
     g = torch.Generator(device=prompts[0].device).manual_seed(seed)
-    per = {name: [] for name in ("T_1", "D", "V", "S", "plain_step", "round")}
-    totals = {k: [0, 0] for k in ks}  # tokens, rounds over every repeat
-    last_k = None  # summary of the largest k, for acceptance by position
-    for _ in range(repeats):
-        T_1, D, V = time_terms(target, draft, context, ks, reps, temperature=temperature, top_k=top_k)
-        plain = SpecDecodeLog(k=0, policy=policy, temperature=temperature)
-        for p in prompts:
-            generate_plain(target, p, n_new, temperature=temperature, top_k=top_k, generator=g, log=plain)
-        speeds, rounds = [], []
-        for k in ks:
-            log = SpecDecodeLog(k=k, policy=policy, temperature=temperature)
-            for p in prompts:
-                generate_speculative(target, draft, p, n_new, k, temperature=temperature, top_k=top_k,
-                                     generator=g, log=log)
-            s = log.summary()
-            totals[k][0] += s.tokens
-            totals[k][1] += s.rounds
-            last_k = s
-            speeds.append(_tps(log) / _tps(plain))
-            rounds.append((s.draft_time + s.verify_time) / s.rounds)
-        ps = plain.summary()
-        for name, value in (("T_1", T_1), ("D", D), ("V", V), ("S", speeds), ("round", rounds),
-                            ("plain_step", (ps.verify_time / ps.tokens) / T_1)):
-            per[name].append(value)
+    T_1s = []  # per pair
+    c_d, c_v = {k: [] for k in ks}, {k: [] for k in ks}  # per pair: D(k) / (k T_1), V(k) / T_1
+    speed = {k: [] for k in ks}  # per pair: tokens/s speculative over tokens/s plain
+    rounds = {k: [] for k in ks}  # per pair: seconds per speculative round / seconds per plain token
+    plain_steps = []  # per pair: seconds per plain token / T_1 of the pair
+    logs = {k: SpecDecodeLog(k=k, policy=policy, temperature=temperature) for k in ks}
+    for r in range(repeats):
+        for i, p in enumerate(prompts):
+            for k in ks:
+                T_1, (D,), (V,) = time_terms(target, draft, context, [k], reps, temperature=temperature, top_k=top_k,
+                                             seed=seed + r * len(prompts) + i)
+                plain = SpecDecodeLog(k=0, policy=policy, temperature=temperature)
+                generate_plain(target, p, n_new, temperature=temperature, top_k=top_k, generator=g, log=plain)
+                spec = SpecDecodeLog(k=k, policy=policy, temperature=temperature)
+                generate_speculative(target, draft, p, n_new, k, temperature=temperature, top_k=top_k, generator=g,
+                                     log=spec)
+                logs[k].merge(spec)
+                (plain_token, _), (spec_token, spec_round) = _seconds_per(plain), _seconds_per(spec)
+                T_1s.append(T_1)
+                c_d[k].append(D / (k * T_1))
+                c_v[k].append(V / T_1)
+                speed[k].append(plain_token / spec_token)
+                rounds[k].append(spec_round / plain_token)
+                plain_steps.append(plain_token / T_1)
     med = statistics.median
-    T_1 = med(per["T_1"])
-    D = [med(r[i] for r in per["D"]) for i in range(len(ks))]
-    V = [med(r[i] for r in per["V"]) for i in range(len(ks))]
-    rnd = [med(r[i] for r in per["round"]) for i in range(len(ks))]
-    measured = [med(r[i] for r in per["S"]) for i in range(len(ks))]
-    plain_step = med(per["plain_step"])
-    c_d = [d / (k * T_1) for d, k in zip(D, ks)]
-    c_v = [v / T_1 for v in V]
-    e_n = [totals[k][0] / totals[k][1] for k in ks]
-    overhead = [(r - d - v) / T_1 for r, d, v in zip(rnd, D, V)]
+    c_d, c_v = [med(c_d[k]) for k in ks], [med(c_v[k]) for k in ks]
+    summaries = {k: logs[k].summary() for k in ks}
+    e_n = [summaries[k].tokens / summaries[k].rounds for k in ks]
     predicted = [e / (k * cd + cv) for e, k, cd, cv in zip(e_n, ks, c_d, c_v)]
-    with_o = [e * plain_step / (k * cd + cv + o) for e, k, cd, cv, o in zip(e_n, ks, c_d, c_v, overhead)]
-    return SpeedupTable(ks=ks, T_1=T_1, c_d=c_d, c_v=c_v, e_n=e_n, alpha=last_k.conditional_acceptance,
-                        overhead=overhead, plain_step=plain_step, predicted=predicted,
-                        predicted_with_overhead=with_o, measured=measured, repeats=repeats)
+    quart = [_quartiles(speed[k]) for k in ks]
+    overhead = [med(rounds[k]) - (k * cd + cv) for k, cd, cv in zip(ks, c_d, c_v)]
+    return SpeedupTable(ks=ks, T_1=med(T_1s), c_d=c_d, c_v=c_v, e_n=e_n,
+                        alpha=summaries[ks[-1]].conditional_acceptance, predicted=predicted,
+                        measured=[q[1] for q in quart], measured_iqr=[(q[0], q[2]) for q in quart], overhead=overhead,
+                        plain_step=med(plain_steps), T_1_range=(min(T_1s), max(T_1s)), repeats=repeats,
+                        pairs=len(speed[ks[0]]))

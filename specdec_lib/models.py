@@ -76,8 +76,12 @@ class CachedAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
 
-    def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, start: int) -> torch.Tensor:
-        """x (B, T, C) at positions start .. start+T-1; attends to cached positions 0 .. start-1 as well."""
+    def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, start: int,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, C) at positions start .. start+T-1; attends to cached positions 0 .. start-1 as well.
+
+        mask (T, start+T) says which keys each new position sees; it is needed only when 0 < start and T > 1.
+        """
         B, T, C = x.shape
         hs = C // self.n_head
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
@@ -92,8 +96,7 @@ class CachedAttention(nn.Module):
                 y = F.scaled_dot_product_attention(q, k, v)
             elif start == 0:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:  # new position start+i sees keys 0 .. start+i
-                mask = torch.ones(T, end, dtype=torch.bool, device=x.device).tril(diagonal=start)  # (T, end)
+            else:
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
 
@@ -109,8 +112,8 @@ class CachedBlock(nn.Module):
         self.fc = nn.Linear(d_model, 4 * d_model)
         self.out = nn.Linear(4 * d_model, d_model)
 
-    def forward(self, x, layer, cache, start):
-        x = x + self.attn(self.ln_1(x), layer, cache, start)  # (B, T, C)
+    def forward(self, x, layer, cache, start, mask=None):
+        x = x + self.attn(self.ln_1(x), layer, cache, start, mask)  # (B, T, C)
         return x + self.out(F.gelu(self.fc(self.ln_2(x))))  # (B, T, C)
 
 
@@ -160,8 +163,11 @@ class CachedLM(nn.Module):
             raise ValueError(f"idx is too long: {start} cached + {T} new positions exceed max_len = {self.max_len}")
         pos = torch.arange(start, start + T, device=idx.device)  # (T,)
         x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, T, C)
+        mask = None
+        if cache is not None and start > 0 and T > 1:  # new position start+i sees keys 0 .. start+i; built once
+            mask = torch.ones(T, start + T, dtype=torch.bool, device=idx.device).tril(diagonal=start)  # (T, start+T)
         for layer, block in enumerate(self.blocks):
-            x = block(x, layer, cache, start)  # (B, T, C)
+            x = block(x, layer, cache, start, mask)  # (B, T, C)
         if cache is not None:
             cache.length = start + T
         return self.head(self.ln_f(x))  # (B, T, vocab)

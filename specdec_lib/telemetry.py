@@ -138,6 +138,19 @@ class SpecDecodeLog:
         self._draft_time += draft_time
         self._verify_time += verify_time
 
+    def merge(self, other: "SpecDecodeLog") -> None:
+        """Add another log's rounds, tokens and times to this one (same k, policy, temperature and batch size)."""
+        if not isinstance(other, SpecDecodeLog):
+            raise TypeError(f"other must be a SpecDecodeLog, got {type(other).__name__}")
+        mine = (self.k, self.policy, self.temperature, self.batch_size)
+        theirs = (other.k, other.policy, other.temperature, other.batch_size)
+        if mine != theirs:
+            raise ValueError(f"other must log the same (k, policy, temperature, batch_size) {mine}, got {theirs}")
+        self._hist = [h + o for h, o in zip(self._hist, other._hist)]
+        self._tokens += other._tokens
+        self._draft_time += other._draft_time
+        self._verify_time += other._verify_time
+
     @staticmethod
     def _counts(name: str, x) -> torch.Tensor:
         """A 1-D integer tensor of non-negative counts."""

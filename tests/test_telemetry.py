@@ -91,6 +91,31 @@ def test_record_rounds_equals_repeated_record_round():
     assert many.summary().rounds == 300
 
 
+def test_merge_equals_logging_everything_in_one_log():
+    A = simulate_blocks(0.6, 4, 200, generator=gen(3)).tolist()
+    whole, first, second = SpecDecodeLog(k=4), SpecDecodeLog(k=4), SpecDecodeLog(k=4)
+    for i, a in enumerate(A):
+        whole.record_round(a, draft_time=0.002, verify_time=0.001)
+        (first if i < 70 else second).record_round(a, draft_time=0.002, verify_time=0.001)
+    first.merge(second)
+    assert dataclasses.replace(first.summary(), draft_time=0.0, verify_time=0.0, tokens_per_second=None) == \
+        dataclasses.replace(whole.summary(), draft_time=0.0, verify_time=0.0, tokens_per_second=None)
+    assert first.summary().draft_time == pytest.approx(whole.summary().draft_time)
+    assert second.summary().rounds == 130  # the merged-in log is unchanged
+
+
+@pytest.mark.parametrize("other, err, match", [
+    (SpecDecodeLog(k=3), ValueError, "same"),
+    (SpecDecodeLog(k=4, temperature=0.5), ValueError, "same"),
+    ("log", TypeError, "SpecDecodeLog"),
+])
+def test_merge_rejects_a_different_log(other, err, match):
+    log = SpecDecodeLog(k=4)
+    with pytest.raises(err, match=match):
+        log.merge(other)
+    assert log.summary().rounds == 0
+
+
 def test_log_matches_survivor_statistics_on_the_mixture():
     acc = simulate_mixture(betas=(0.95, 0.45), weights=(0.5, 0.5), k=4, n=20_000, generator=gen(3))
     A = acc.long().cumprod(dim=1).sum(dim=1)  # accepted prefix only (not every passing flag)

@@ -25,8 +25,8 @@ from specdec_lib import models
 TRAIN_THREADS = 2
 SEED = 1234
 PLAN = {  # name: (config, seed, steps, batch, lr)
-    "target": (models.TARGET_CONFIG, 1, 120, 8, 4e-3),
-    "draft": (models.DRAFT_CONFIG, 2, 200, 8, 1e-2),
+    "target": (models.TARGET_CONFIG, 1, 2000, 16, 3e-3),
+    "draft": (models.DRAFT_CONFIG, 2, 1500, 16, 1e-2),
 }
 SEQ = 192  # training context = the models' max_len
 
@@ -59,7 +59,7 @@ def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: flo
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step % 20 == 0 or step == steps - 1:
+        if step % max(1, steps // 10) == 0 or step == steps - 1:
             print(f"{name:>6} step {step:4d}/{steps}  loss {loss.item():.3f} nats/byte  {time.perf_counter() - t0:6.1f}s",
                   flush=True)
     model.eval()

@@ -11,18 +11,19 @@ from .style import COLORS, new_figure
 PARITY_GID = "parity"  # the dashed line S = 1
 MEASURED_GID = "measured"  # the measured speedups
 
-# `make measure` on the reference machine: a 2-core AMD EPYC VM shared with other jobs (load average 3-6), 1 thread,
-# temperature 1, 4 held-out prompts x 128 tokens, medians of 5 repeats. The load made the terms timed alone noisy.
+# `make measure` on the reference machine: a 2-core AMD EPYC VM (load average 0.9 before and after), 1 thread,
+# temperature 1, 6 held-out prompts x 64 tokens, 5 repeats (30 pairs per k); max relative error 0.077.
 REFERENCE = SpeedupTable(
-    ks=[1, 2, 3, 4, 5, 6, 7, 8], T_1=3.067e-3,
-    c_d=[0.214, 0.191, 0.583, 0.628, 0.531, 0.393, 0.349, 0.322],
-    c_v=[2.161, 2.358, 2.292, 2.331, 2.299, 2.754, 2.352, 2.766],
-    e_n=[1.798, 2.488, 3.008, 3.320, 3.721, 4.122, 4.281, 4.421],
-    alpha=[0.84, 0.77, 0.91, 0.82, 0.80, 0.90, 0.86, 0.94],
-    overhead=[1.293, 1.082, 0.791, 0.887, 0.122, 1.194, 0.683, 1.201], plain_step=1.460,
-    predicted=[0.757, 0.908, 0.744, 0.686, 0.751, 0.807, 0.893, 0.828],
-    predicted_with_overhead=[1.021, 1.078, 1.098, 1.289, 1.472, 1.169, 1.212, 1.179],
-    measured=[1.021, 1.078, 1.098, 1.289, 1.472, 1.169, 1.212, 1.179], repeats=5,
+    ks=[1, 2, 3, 4, 5, 6, 7, 8], T_1=0.002315, T_1_range=(0.001362, 0.003681),
+    c_d=[0.326, 0.304, 0.286, 0.285, 0.266, 0.269, 0.267, 0.263],
+    c_v=[1.350, 1.426, 1.403, 1.547, 1.557, 1.589, 1.595, 1.630],
+    e_n=[1.681, 2.117, 2.418, 2.637, 2.857, 2.755, 2.783, 3.097],
+    alpha=[0.63, 0.73, 0.73, 0.72, 0.76, 0.80, 0.83, 0.80],
+    predicted=[1.003, 1.041, 1.070, 0.981, 0.990, 0.859, 0.803, 0.829],
+    measured=[1.009, 1.003, 1.040, 0.990, 0.919, 0.894, 0.774, 0.827],
+    measured_iqr=[(0.913, 1.093), (0.937, 1.146), (0.942, 1.143), (0.855, 1.105), (0.797, 1.119), (0.714, 1.035), (0.641, 0.999), (0.702, 1.012)],
+    overhead=[-0.022, 0.064, 0.175, 0.012, 0.137, 0.029, 0.105, 0.036], plain_step=0.989,
+    repeats=5, pairs=30,
 )
 
 
@@ -31,8 +32,10 @@ def plot_measured_speedup(table: SpeedupTable):
     fig, (ax, bx) = new_figure(2, width=9.6, height=3.6)
     ks = table.ks
     ax.plot(ks, table.predicted, color=COLORS["target"], marker="o", label="equation: E[N] / (k c_d + c_v(k))")
-    ax.plot(ks, table.measured, color=COLORS["draft"], marker="s", linestyle="none", markersize=7,
-            label="measured (tokens/s ratio)", gid=MEASURED_GID)
+    lower = [m - q1 for m, (q1, _) in zip(table.measured, table.measured_iqr)]
+    upper = [q3 - m for m, (_, q3) in zip(table.measured, table.measured_iqr)]
+    ax.errorbar(ks, table.measured, yerr=[lower, upper], color=COLORS["draft"], marker="s", linestyle="none",
+                markersize=7, capsize=3, label="measured (median and quartiles of pairs)", gid=MEASURED_GID)
     ax.axhline(1.0, color="black", linewidth=1.0, linestyle="--", gid=PARITY_GID)
     ax.set_xticks(ks)
     ax.set_xlabel("draft length k")

@@ -1,0 +1,108 @@
+"""The lab's clock: what measure_speedup computes from its timings (never how fast anything is: no timed asserts)."""
+import dataclasses
+
+import pytest
+import torch
+
+import specdec_lib as sd
+from specdec_lib.generation import _prefill, decode_step, draft_block, verify_round
+from specdec_lib.measure import SpeedupTable, time_terms
+from specdec_lib.models import CachedLM, LMConfig
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    target = CachedLM(LMConfig(vocab=8, d_model=16, n_head=2, n_layer=2, max_len=64), seed=1, init_std=0.3)
+    draft = CachedLM(LMConfig(vocab=8, d_model=8, n_head=1, n_layer=1, max_len=64), seed=2, init_std=0.3)
+    return target, draft
+
+
+PROMPTS = [torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6, 7])]
+
+
+def _table(**changes) -> SpeedupTable:
+    fields = dict(ks=[1, 2], T_1=2e-3, c_d=[0.3, 0.25], c_v=[1.2, 1.5], e_n=[1.6, 2.2], alpha=[0.6, 0.7],
+                  predicted=[1.6 / 1.5, 2.2 / 2.0], measured=[1.0, 1.0], measured_iqr=[(0.9, 1.1), (0.8, 1.2)],
+                  overhead=[0.1, 0.2], plain_step=1.0, T_1_range=(1e-3, 3e-3), repeats=1, pairs=2)
+    fields.update(changes)
+    return SpeedupTable(**fields)
+
+
+def test_table_arithmetic_by_hand():
+    t = _table()
+    assert t.rel_error == pytest.approx([abs(1.6 / 1.5 - 1), abs(1.1 - 1)])
+    assert t.max_rel_error == pytest.approx(0.1)  # k = 2: 2.2 / 2.0 against 1.0
+    assert t.c_d_fit == pytest.approx((1 * 0.3 + 4 * 0.25) / 5)  # least squares of D/T_1 = c_d k through 0
+    text = t.table()
+    assert "(0.800-1.200)" in text and "median of 2" in text and "conditional acceptance" in text
+
+
+@pytest.mark.parametrize("policy", [{"temperature": 0.0}, {"temperature": 1.0}, {"temperature": 0.7, "top_k": 3}])
+def test_measure_speedup_is_consistent_with_its_own_terms(tiny, policy):
+    target, draft = tiny
+    ks = [1, 3]
+    t = sd.measure_speedup(target, draft, PROMPTS, ks, n_new=12, repeats=2, reps=2, **policy)
+    assert t.ks == ks and t.pairs == 2 * len(PROMPTS) and t.repeats == 2
+    for i, k in enumerate(ks):
+        assert 1.0 <= t.e_n[i] <= k + 1  # a round retires between 1 and k + 1 tokens
+        assert t.predicted[i] == pytest.approx(t.e_n[i] / (k * t.c_d[i] + t.c_v[i]))
+        q1, q3 = t.measured_iqr[i]
+        assert 0 < q1 <= t.measured[i] <= q3
+        assert t.c_d[i] > 0 and t.c_v[i] > 0
+    assert t.T_1_range[0] <= t.T_1 <= t.T_1_range[1]
+    assert len(t.alpha) == ks[-1] and all(a is None or 0 <= a <= 1 for a in t.alpha)
+
+
+def test_greedy_pairs_retire_the_plain_tokens(tiny):
+    """Greedy E[N] is a property of the models, not of the clock: two measurements agree exactly."""
+    target, draft = tiny
+    a = sd.measure_speedup(target, draft, PROMPTS, [2], n_new=10, repeats=1, reps=1)
+    b = sd.measure_speedup(target, draft, PROMPTS, [2], n_new=10, repeats=2, reps=1)
+    assert a.e_n == b.e_n
+
+
+def test_time_terms_leaves_the_models_as_it_found_them(tiny):
+    target, draft = tiny
+    context = torch.tensor([1, 2, 3, 4, 5])
+    T_1, D, V = time_terms(target, draft, context, [1, 4], reps=3, temperature=1.0)
+    assert T_1 > 0 and len(D) == len(V) == 2 and min(D + V) > 0
+    # the phases it times are the decoders' own, and they leave both caches where a round starts
+    t_cache, d_cache = _prefill(target, context), _prefill(draft, context)
+    g = torch.Generator().manual_seed(0)
+    policy = {"temperature": 1.0, "top_k": None, "generator": g}
+    proposals, q_rows = draft_block(draft, d_cache, context[-1:], 4, **policy)
+    assert proposals.shape == (4,) and q_rows.shape == (4, 8) and d_cache.length == 8
+    a, nxt = verify_round(target, t_cache, d_cache, context[-1:], proposals, q_rows, n=5, **policy)
+    assert 0 <= a <= 4 and t_cache.length == d_cache.length == 5 + a  # both rolled back to n + A
+    assert decode_step(target, t_cache, nxt[None], **policy).shape == (1,)
+
+
+@pytest.mark.parametrize("kwargs, err, match", [
+    ({"ks": []}, ValueError, "ks"),
+    ({"ks": [0]}, ValueError, "k"),
+    ({"repeats": 0}, ValueError, "repeats"),
+    ({"n_new": 0}, ValueError, "n_new"),
+    ({"prompts": []}, ValueError, "prompts"),
+    ({"temperature": -1.0}, ValueError, "temperature"),
+])
+def test_bad_arguments(tiny, kwargs, err, match):
+    target, draft = tiny
+    args = {"prompts": PROMPTS, "ks": [1], "n_new": 4, "repeats": 1, "reps": 1} | kwargs
+    with pytest.raises(err, match=match):
+        sd.measure_speedup(target, draft, **args)
+
+
+def test_time_terms_rejects_bad_reps(tiny):
+    target, draft = tiny
+    with pytest.raises(ValueError, match="reps"):
+        time_terms(target, draft, torch.tensor([1, 2, 3]), [1], reps=0)
+
+
+def test_reference_table_is_a_real_run():
+    """The recorded table must be what measure_speedup returns: internally consistent, not typed in."""
+    from specdec_lib.presentation.measure_it import REFERENCE as R
+    assert dataclasses.is_dataclass(R) and R.ks == list(range(1, 9)) and R.pairs == 30
+    for i, k in enumerate(R.ks):
+        assert R.predicted[i] == pytest.approx(R.e_n[i] / (k * R.c_d[i] + R.c_v[i]), abs=2e-3)
+        assert R.measured_iqr[i][0] <= R.measured[i] <= R.measured_iqr[i][1]
+    assert R.max_rel_error <= 0.15
