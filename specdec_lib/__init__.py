@@ -18,7 +18,7 @@ from .decoders import DECODER_MODES, decode_markov
 from .exact import exact_decoder_distribution
 from .failures import DecoderSpec, FailureMode, check_q_contract, failure_modes
 from .generation import exact_continuations, generate_plain, generate_speculative
-from .measure import SpeedupTable, measure_speedup, time_terms
+from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
 from .models import CachedLM, KVCache, LMConfig, corpus_prompts, load_pair
 from .noise import rate_noise, tv_noise_bound, tv_noise_mean
 from .policy import apply_policy, greedy_token, policy_table
@@ -51,5 +51,5 @@ __all__ = [
     "emitted_until_eos",
     # Lab: measure it
     "CachedLM", "KVCache", "LMConfig", "load_pair", "corpus_prompts", "generate_plain", "generate_speculative",
-    "exact_continuations", "time_terms", "measure_speedup", "SpeedupTable",
+    "exact_continuations", "time_terms", "time_catch_up", "measure_speedup", "SpeedupTable",
 ]

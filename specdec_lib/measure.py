@@ -84,6 +84,45 @@ def time_terms(target, draft, context: torch.Tensor, ks, reps: int = 50, *, temp
     return T_1, times[0::2], times[1::2]
 
 
+@torch.inference_mode()
+def time_catch_up(draft, context: torch.Tensor, k: int, reps: int = 50, *, temperature: float = 0.0,
+                  top_k: int | None = None, seed: int = 0) -> tuple[float, float]:
+    """(D(k) as timed, D(k) when the draft must first read two committed tokens), seconds, medians of reps.
+
+    After a round that accepted the whole block the draft has not read its own last proposal, so the next
+    round feeds it two tokens: one of the costs a real round has beyond D(k) + V(k), in P(A = k) of rounds.
+    """
+    k = check_int("k", k, minimum=1)
+    reps = check_int("reps", reps, minimum=1)
+    temperature, top_k = _policy(temperature, top_k)
+    if context.numel() < 3:
+        raise ValueError(f"context must hold at least 3 tokens, got {context.numel()}")
+    L = context.numel()
+    cache = _prefill(draft, context[:-1])  # holds context[:-2]: two tokens behind
+    policy = {"temperature": temperature, "top_k": top_k,
+              "generator": torch.Generator(device=context.device).manual_seed(seed)}
+
+    def after_one():
+        draft_block(draft, cache, context[-1:], k, **policy)
+        cache.crop(L - 2)
+
+    def two():
+        draft_block(draft, cache, context[-2:], k, **policy)
+        cache.crop(L - 2)
+
+    times = {"one": [], "two": []}
+    for _ in range(reps + 1):  # the first pass is a warm-up
+        for name, fn in (("one", after_one), ("two", two)):
+            if name == "one":
+                draft(context[None, -2:-1], cache)  # untimed: the cache now lacks only the last token
+            _sync(context)
+            t0 = time.perf_counter()
+            fn()
+            _sync(context)
+            times[name].append(time.perf_counter() - t0)
+    return statistics.median(times["one"][1:]), statistics.median(times["two"][1:])
+
+
 def _quartiles(xs) -> tuple[float, float, float]:
     """(lower quartile, median, upper quartile) of a sample."""
     q1, q2, q3 = statistics.quantiles(xs, n=4) if len(xs) > 1 else (xs[0],) * 3

@@ -6,7 +6,7 @@ import torch
 
 import specdec_lib as sd
 from specdec_lib.generation import _prefill, decode_step, draft_block, verify_round
-from specdec_lib.measure import SpeedupTable, time_terms
+from specdec_lib.measure import SpeedupTable, time_catch_up, time_terms
 from specdec_lib.models import CachedLM, LMConfig
 
 
@@ -106,3 +106,13 @@ def test_reference_table_is_a_real_run():
         assert R.predicted[i] == pytest.approx(R.e_n[i] / (k * R.c_d[i] + R.c_v[i]), abs=2e-3)
         assert R.measured_iqr[i][0] <= R.measured[i] <= R.measured_iqr[i][1]
     assert R.max_rel_error <= 0.15
+
+
+def test_time_catch_up(tiny):
+    _, draft = tiny
+    one, two = time_catch_up(draft, torch.tensor([1, 2, 3, 4, 5]), 3, reps=3, temperature=1.0)
+    assert one > 0 and two > 0
+    with pytest.raises(ValueError, match="context"):
+        time_catch_up(draft, torch.tensor([1, 2]), 3)
+    with pytest.raises(ValueError, match="k"):
+        time_catch_up(draft, torch.tensor([1, 2, 3]), 0)
