@@ -10,8 +10,8 @@
 #   make notebooks   execute every notebooks/*.ipynb top to bottom in a fresh kernel, in place
 #   make figures     python -m specdec_lib.figures figures/ (skipped while the module does not exist)
 #   make bench       time batched decode_markov against a per-sample loop (benchmarks/bench_markov.py)
-#   make models      train the lab's target and draft on the stdlib's source (tools/train_models.py; CPU, minutes)
-#   make measure     the cost equation against the clock on the trained pair (benchmarks/measure_speedup.py)
+#   make models      train the lab's target and draft on the stdlib's source (tools/train_models.py; ~12 min on 2 cores)
+#   make measure     the cost equation against the clock on the trained pair (~90 s; MEASURE_ARGS="--help")
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
@@ -143,7 +143,7 @@ models: $(STAMP)
 	$(VPY) tools/train_models.py
 
 measure: $(STAMP)
-	$(VPY) benchmarks/measure_speedup.py
+	$(VPY) benchmarks/measure_speedup.py $(MEASURE_ARGS)
 
 # Freeze the current .venv into requirements.lock, then environment.yml from the lock.
 lock:
