@@ -11,7 +11,7 @@
 #   make figures     python -m specdec_lib.figures figures/ (skipped while the module does not exist)
 #   make bench       time batched decode_markov against a per-sample loop (benchmarks/bench_markov.py)
 #   make models      train the lab's target and draft on the stdlib's source (tools/train_models.py; ~12 min on 2 cores)
-#   make measure     the cost equation against the clock on the trained pair (~90 s; MEASURE_ARGS="--help")
+#   make measure     the cost equation against the clock on the trained pair (~2 min; MEASURE_ARGS="--help")
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #

@@ -1,12 +1,12 @@
 """Lab: the cost equation against the clock, on a real target/draft pair.
 
-Each term is timed on its own, forward passes on a cache filled to a fixed context:
-  T_1   one plain decode step of the target (one position, then the token choice),
-  D(k)  k sequential draft steps,
-  V(k)  one target pass over k+1 positions;
+The terms are the decoders' own phases, timed on caches filled to a real context:
+  T_1   one plain decode step (a pass over one position, then the token choice),
+  D(k)  the draft phase of a round: k sequential draft steps,
+  V(k)  the verification phase: one target pass over k+1 positions, the acceptance test, the rollback;
 so c_d = D(k) / (k T_1) and c_v(k) = V(k) / T_1. E[N(k)] is the tokens per round of real speculative
-runs, and the measured speedup is their tokens per second over plain decoding's, same prompts, same
-number of new tokens. What a round costs beyond D(k) + V(k) (acceptance, rollback, Python) is O(k).
+runs, and the measured speedup is their tokens per second over plain decoding's, on the same prompts.
+What a real round costs beyond D(k) + V(k) (the draft's catch-up, committing tokens, timers) is O(k).
 """
 from __future__ import annotations
 
@@ -123,12 +123,6 @@ def time_catch_up(draft, context: torch.Tensor, k: int, reps: int = 50, *, tempe
     return statistics.median(times["one"][1:]), statistics.median(times["two"][1:])
 
 
-def _quartiles(xs) -> tuple[float, float, float]:
-    """(lower quartile, median, upper quartile) of a sample."""
-    q1, q2, q3 = statistics.quantiles(xs, n=4) if len(xs) > 1 else (xs[0],) * 3
-    return q1, q2, q3
-
-
 @dataclass(frozen=True)
 class SpeedupTable:
     """Measured cost terms, predicted and measured speedups for each k."""
@@ -140,9 +134,9 @@ class SpeedupTable:
     e_n: list[float]  # tokens per round of the speculative runs
     alpha: list[float | None]  # conditional acceptance by position, from the largest k
     predicted: list[float]  # E[N] / (k c_d + c_v(k))
-    measured: list[float]  # median over pairs of (tokens/s speculative) / (tokens/s plain)
-    measured_iqr: list[tuple[float, float]]  # quartiles of those pairs: how noisy the clock was
-    overhead: list[float]  # O(k) / T_1: a real round, in plain-loop steps, minus k c_d + c_v(k)
+    measured: list[float]  # median over repeats of (tokens/s speculative) / (tokens/s plain)
+    measured_range: list[tuple[float, float]]  # smallest and largest over repeats: how noisy the clock was
+    overhead: list[float]  # O(k) / T_1: a real round, in plain-loop steps (median over repeats), minus k c_d + c_v(k)
     plain_step: float  # the plain loop's time per token / T_1 (1 when the loop adds nothing to a step)
     T_1_range: tuple[float, float]  # smallest and largest T_1 over pairs: how much the machine drifted
     repeats: int
@@ -164,17 +158,18 @@ class SpeedupTable:
 
     def table(self) -> str:
         lo, hi = self.T_1_range
-        head = (f"{'k':>3}{'c_d':>7}{'c_v(k)':>8}{'E[N]':>7}{'pred S':>8}{'meas S':>8}{'(quartiles)':>14}"
+        head = (f"{'k':>3}{'c_d':>7}{'c_v(k)':>8}{'E[N]':>7}{'pred S':>8}{'meas S':>8}{'(range)':>14}"
                 f"{'rel err':>9}{'O(k)/T_1':>10}")
         lines = [f"T_1 = {self.T_1 * 1e3:.3f} ms per plain decode step (from {lo * 1e3:.3f} to {hi * 1e3:.3f} over "
                  f"{self.pairs * len(self.ks)} pairs); fitted c_d = {self.c_d_fit:.3f}; plain loop step = {self.plain_step:.3f} T_1",
                  head]
         for i, k in enumerate(self.ks):
-            q1, q3 = self.measured_iqr[i]
+            q1, q3 = self.measured_range[i]
             lines.append(f"{k:>3}{self.c_d[i]:>7.3f}{self.c_v[i]:>8.3f}{self.e_n[i]:>7.3f}{self.predicted[i]:>8.3f}"
                          f"{self.measured[i]:>8.3f}{f'({q1:.3f}-{q3:.3f})':>14}{self.rel_error[i]:>9.3f}"
                          f"{self.overhead[i]:>10.3f}")
-        lines.append(f"meas S: median of {self.pairs} plain/speculative pairs per k, each pair run back to back")
+        lines.append(f"meas S: median (range) over {self.repeats} repeats of {self.pairs // self.repeats} "
+                     "plain/speculative pairs per k, each pair run back to back")
         lines.append("O(k): a real round (in plain-loop steps) minus k c_d + c_v(k) timed alone: the draft's catch-up "
                      "after a full block, committing tokens, timers")
         alpha = " ".join("-" if a is None else f"{a:.2f}" for a in self.alpha)
@@ -185,11 +180,9 @@ class SpeedupTable:
         return self.table()
 
 
-def _seconds_per(log: SpecDecodeLog) -> tuple[float, float]:
-    """(seconds per token, seconds per round) of a log."""
+def _seconds_per_token(log: SpecDecodeLog) -> float:
     s = log.summary()
-    total = s.draft_time + s.verify_time
-    return total / s.tokens, total / s.rounds
+    return (s.draft_time + s.verify_time) / s.tokens
 
 
 def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, repeats: int = 5, reps: int = 5,
@@ -197,11 +190,12 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, 
     """Time T_1, D(k), V(k) on their own, decode the prompts plainly and speculatively, and set S(k) against the clock.
 
     The machine's speed drifts (on a shared VM by 2x within seconds), so nothing is compared across
-    time. Each pair times the terms round-robin (time_terms, reps calls of each) and then runs plain and
-    speculative decoding on one prompt, back to back. c_d and c_v(k) are medians over the pairs of
-    ratios timed together; the measured speedup is the median over the pairs of their tokens/s ratios.
-    Every repeat runs one pair per prompt and k. Greedy by default (temperature 0); otherwise both
-    decoders sample under (temperature, top_k).
+    time. Each pair times the terms round-robin (time_terms, reps calls of each), then decodes one prompt
+    plainly and speculatively, back to back. c_d and c_v(k) are medians over pairs of ratios timed
+    together. A repeat runs one pair per prompt and k; its measured speedup is its speculative tokens
+    over its speculative time counted in each pair's own plain time per token (a tokens/s ratio over
+    every prompt, immune to drift between pairs); the table gives the median over repeats and their
+    range. Greedy by default (temperature 0); otherwise both decoders sample under (temperature, top_k).
     """
     ks = [check_int("k", k, minimum=1) for k in ks]
     if not ks:
@@ -217,8 +211,8 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, 
     g = torch.Generator(device=prompts[0].device).manual_seed(seed)
     T_1s = []  # per pair
     c_d, c_v = {k: [] for k in ks}, {k: [] for k in ks}  # per pair: D(k) / (k T_1), V(k) / T_1
-    speed = {k: [] for k in ks}  # per pair: tokens/s speculative over tokens/s plain
-    rounds = {k: [] for k in ks}  # per pair: seconds per speculative round / seconds per plain token
+    # per repeat and k: [tokens, rounds, speculative time in units of the same pair's plain time per token]
+    sums = [{k: [0, 0, 0.0] for k in ks} for _ in range(repeats)]
     plain_steps = []  # per pair: seconds per plain token / T_1 of the pair
     logs = {k: SpecDecodeLog(k=k, policy=policy, temperature=temperature) for k in ks}
     for r in range(repeats):
@@ -232,22 +226,24 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, 
                 generate_speculative(target, draft, p, n_new, k, temperature=temperature, top_k=top_k, generator=g,
                                      log=spec)
                 logs[k].merge(spec)
-                (plain_token, _), (spec_token, spec_round) = _seconds_per(plain), _seconds_per(spec)
+                s, plain_token = spec.summary(), _seconds_per_token(plain)
+                sums[r][k][0] += s.tokens
+                sums[r][k][1] += s.rounds
+                sums[r][k][2] += (s.draft_time + s.verify_time) / plain_token
                 T_1s.append(T_1)
                 c_d[k].append(D / (k * T_1))
                 c_v[k].append(V / T_1)
-                speed[k].append(plain_token / spec_token)
-                rounds[k].append(spec_round / plain_token)
                 plain_steps.append(plain_token / T_1)
     med = statistics.median
     c_d, c_v = [med(c_d[k]) for k in ks], [med(c_v[k]) for k in ks]
     summaries = {k: logs[k].summary() for k in ks}
     e_n = [summaries[k].tokens / summaries[k].rounds for k in ks]
     predicted = [e / (k * cd + cv) for e, k, cd, cv in zip(e_n, ks, c_d, c_v)]
-    quart = [_quartiles(speed[k]) for k in ks]
-    overhead = [med(rounds[k]) - (k * cd + cv) for k, cd, cv in zip(ks, c_d, c_v)]
+    speed = [[rep[k][0] / rep[k][2] for rep in sums] for k in ks]  # per k and repeat: tokens per plain-token time
+    rounds = [[rep[k][2] / rep[k][1] for rep in sums] for k in ks]  # per k and repeat: a round, in plain tokens
+    overhead = [med(rd) - (k * cd + cv) for rd, k, cd, cv in zip(rounds, ks, c_d, c_v)]
     return SpeedupTable(ks=ks, T_1=med(T_1s), c_d=c_d, c_v=c_v, e_n=e_n,
                         alpha=summaries[ks[-1]].conditional_acceptance, predicted=predicted,
-                        measured=[q[1] for q in quart], measured_iqr=[(q[0], q[2]) for q in quart], overhead=overhead,
-                        plain_step=med(plain_steps), T_1_range=(min(T_1s), max(T_1s)), repeats=repeats,
-                        pairs=len(speed[ks[0]]))
+                        measured=[med(sp) for sp in speed], measured_range=[(min(sp), max(sp)) for sp in speed],
+                        overhead=overhead, plain_step=med(plain_steps), T_1_range=(min(T_1s), max(T_1s)),
+                        repeats=repeats, pairs=repeats * len(prompts))

@@ -22,7 +22,7 @@ PROMPTS = [torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6, 7])]
 
 def _table(**changes) -> SpeedupTable:
     fields = dict(ks=[1, 2], T_1=2e-3, c_d=[0.3, 0.25], c_v=[1.2, 1.5], e_n=[1.6, 2.2], alpha=[0.6, 0.7],
-                  predicted=[1.6 / 1.5, 2.2 / 2.0], measured=[1.0, 1.0], measured_iqr=[(0.9, 1.1), (0.8, 1.2)],
+                  predicted=[1.6 / 1.5, 2.2 / 2.0], measured=[1.0, 1.0], measured_range=[(0.9, 1.1), (0.8, 1.2)],
                   overhead=[0.1, 0.2], plain_step=1.0, T_1_range=(1e-3, 3e-3), repeats=1, pairs=2)
     fields.update(changes)
     return SpeedupTable(**fields)
@@ -34,7 +34,7 @@ def test_table_arithmetic_by_hand():
     assert t.max_rel_error == pytest.approx(0.1)  # k = 2: 2.2 / 2.0 against 1.0
     assert t.c_d_fit == pytest.approx((1 * 0.3 + 4 * 0.25) / 5)  # least squares of D/T_1 = c_d k through 0
     text = t.table()
-    assert "(0.800-1.200)" in text and "median of 2" in text and "conditional acceptance" in text
+    assert "(0.800-1.200)" in text and "over 1 repeats of 2" in text and "conditional acceptance" in text
 
 
 @pytest.mark.parametrize("policy", [{"temperature": 0.0}, {"temperature": 1.0}, {"temperature": 0.7, "top_k": 3}])
@@ -46,8 +46,8 @@ def test_measure_speedup_is_consistent_with_its_own_terms(tiny, policy):
     for i, k in enumerate(ks):
         assert 1.0 <= t.e_n[i] <= k + 1  # a round retires between 1 and k + 1 tokens
         assert t.predicted[i] == pytest.approx(t.e_n[i] / (k * t.c_d[i] + t.c_v[i]))
-        q1, q3 = t.measured_iqr[i]
-        assert 0 < q1 <= t.measured[i] <= q3
+        lo, hi = t.measured_range[i]
+        assert 0 < lo <= t.measured[i] <= hi
         assert t.c_d[i] > 0 and t.c_v[i] > 0
     assert t.T_1_range[0] <= t.T_1 <= t.T_1_range[1]
     assert len(t.alpha) == ks[-1] and all(a is None or 0 <= a <= 1 for a in t.alpha)
@@ -101,10 +101,10 @@ def test_time_terms_rejects_bad_reps(tiny):
 def test_reference_table_is_a_real_run():
     """The recorded table must be what measure_speedup returns: internally consistent, not typed in."""
     from specdec_lib.presentation.measure_it import REFERENCE as R
-    assert dataclasses.is_dataclass(R) and R.ks == list(range(1, 9)) and R.pairs == 30
+    assert dataclasses.is_dataclass(R) and R.ks == list(range(1, 9)) and R.pairs == 42
     for i, k in enumerate(R.ks):
         assert R.predicted[i] == pytest.approx(R.e_n[i] / (k * R.c_d[i] + R.c_v[i]), abs=2e-3)
-        assert R.measured_iqr[i][0] <= R.measured[i] <= R.measured_iqr[i][1]
+        assert R.measured_range[i][0] <= R.measured[i] <= R.measured_range[i][1]
     assert R.max_rel_error <= 0.15
 
 

@@ -11,19 +11,19 @@ from .style import COLORS, new_figure
 PARITY_GID = "parity"  # the dashed line S = 1
 MEASURED_GID = "measured"  # the measured speedups
 
-# `make measure` on the reference machine: a 2-core AMD EPYC VM (load average 0.9 before and after), 1 thread,
-# temperature 1, 6 held-out prompts x 64 tokens, 5 repeats (30 pairs per k); max relative error 0.077.
+# `make measure` on the reference machine: a 2-core AMD EPYC VM (load average 0.8 before, 1.0 after), 1 thread,
+# temperature 1, 6 held-out prompts x 64 tokens, 7 repeats (42 pairs per k), 119 s; max relative error 0.100.
 REFERENCE = SpeedupTable(
-    ks=[1, 2, 3, 4, 5, 6, 7, 8], T_1=0.002315, T_1_range=(0.001362, 0.003681),
-    c_d=[0.326, 0.304, 0.286, 0.285, 0.266, 0.269, 0.267, 0.263],
-    c_v=[1.350, 1.426, 1.403, 1.547, 1.557, 1.589, 1.595, 1.630],
-    e_n=[1.681, 2.117, 2.418, 2.637, 2.857, 2.755, 2.783, 3.097],
-    alpha=[0.63, 0.73, 0.73, 0.72, 0.76, 0.80, 0.83, 0.80],
-    predicted=[1.003, 1.041, 1.070, 0.981, 0.990, 0.859, 0.803, 0.829],
-    measured=[1.009, 1.003, 1.040, 0.990, 0.919, 0.894, 0.774, 0.827],
-    measured_iqr=[(0.913, 1.093), (0.937, 1.146), (0.942, 1.143), (0.855, 1.105), (0.797, 1.119), (0.714, 1.035), (0.641, 0.999), (0.702, 1.012)],
-    overhead=[-0.022, 0.064, 0.175, 0.012, 0.137, 0.029, 0.105, 0.036], plain_step=0.989,
-    repeats=5, pairs=30,
+    ks=[1, 2, 3, 4, 5, 6, 7, 8], T_1=0.002123, T_1_range=(0.00124, 0.003256),
+    c_d=[0.338, 0.304, 0.288, 0.283, 0.274, 0.279, 0.269, 0.271],
+    c_v=[1.346, 1.445, 1.525, 1.564, 1.598, 1.619, 1.584, 1.688],
+    e_n=[1.677, 2.107, 2.422, 2.622, 2.838, 2.824, 2.821, 3.013],
+    alpha=[0.61, 0.71, 0.73, 0.72, 0.77, 0.78, 0.84, 0.83],
+    predicted=[0.995, 1.026, 1.014, 0.973, 0.957, 0.858, 0.814, 0.782],
+    measured=[0.921, 0.933, 0.999, 0.939, 0.913, 0.868, 0.760, 0.765],
+    measured_range=[(0.857, 1.026), (0.882, 1.195), (0.921, 1.157), (0.827, 0.976), (0.842, 0.996), (0.731, 0.938), (0.646, 0.920), (0.671, 0.874)],
+    overhead=[0.129, 0.166, 0.016, 0.154, 0.157, 0.117, 0.156, 0.126], plain_step=0.987,
+    repeats=7, pairs=42,
 )
 
 
@@ -32,10 +32,10 @@ def plot_measured_speedup(table: SpeedupTable):
     fig, (ax, bx) = new_figure(2, width=9.6, height=3.6)
     ks = table.ks
     ax.plot(ks, table.predicted, color=COLORS["target"], marker="o", label="equation: E[N] / (k c_d + c_v(k))")
-    lower = [m - q1 for m, (q1, _) in zip(table.measured, table.measured_iqr)]
-    upper = [q3 - m for m, (_, q3) in zip(table.measured, table.measured_iqr)]
+    lower = [m - lo for m, (lo, _) in zip(table.measured, table.measured_range)]
+    upper = [hi - m for m, (_, hi) in zip(table.measured, table.measured_range)]
     ax.errorbar(ks, table.measured, yerr=[lower, upper], color=COLORS["draft"], marker="s", linestyle="none",
-                markersize=7, capsize=3, label="measured (median and quartiles of pairs)", gid=MEASURED_GID)
+                markersize=7, capsize=3, label="measured (median and range of repeats)", gid=MEASURED_GID)
     ax.axhline(1.0, color="black", linewidth=1.0, linestyle="--", gid=PARITY_GID)
     ax.set_xticks(ks)
     ax.set_xlabel("draft length k")
