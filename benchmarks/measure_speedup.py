@@ -25,7 +25,8 @@ import specdec_lib as sd
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7, help="repeats (one pair per prompt and k each); medians are reported")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="repeats (one pair per prompt and k each); medians are reported")
     parser.add_argument("--prompts", type=int, default=6, help="held-out prompts per repeat")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--n-new", type=int, default=64, help="new tokens per prompt")

@@ -4,6 +4,9 @@ Cache invariant (both decoders): the target's cache holds every committed token 
 round feeds it exactly k+1 tokens (the last committed one and the k proposals) and reads k+1 rows:
 row j is p(. | committed, proposals[:j]). After verification both caches are cropped to the accepted
 prefix; the draft's may lag one token behind (after a full block), and its next round feeds both.
+
+Both decoders are built from three phases, decode_step (plain), draft_block and verify_round (a round),
+and sd.time_terms times those same functions on their own: the clock measures the code that runs.
 """
 from __future__ import annotations
 
@@ -132,8 +135,7 @@ def generate_plain(model, prompt: torch.Tensor, n_new: int, *, temperature: floa
     last = prompt[-1:]  # (1,)
     for i in range(n_new):
         t0 = time.perf_counter()
-        # (1,) token i
-        last = decode_step(model, cache, last, temperature=temperature, top_k=top_k, generator=generator)
+        last = decode_step(model, cache, last, temperature=temperature, top_k=top_k, generator=generator)  # (1,)
         out[i] = last[0]
         if log is not None:
             _sync(out)

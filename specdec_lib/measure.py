@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import check_int
-from .generation import _policy, _prefill, _sync, decode_step, draft_block, generate_plain, generate_speculative, verify_round
+from .generation import (_policy, _prefill, _sync, decode_step, draft_block, generate_plain, generate_speculative,
+                         verify_round)
 from .telemetry import SpecDecodeLog
 
 
@@ -161,7 +162,8 @@ class SpeedupTable:
         head = (f"{'k':>3}{'c_d':>7}{'c_v(k)':>8}{'E[N]':>7}{'pred S':>8}{'meas S':>8}{'(range)':>14}"
                 f"{'rel err':>9}{'O(k)/T_1':>10}")
         lines = [f"T_1 = {self.T_1 * 1e3:.3f} ms per plain decode step (from {lo * 1e3:.3f} to {hi * 1e3:.3f} over "
-                 f"{self.pairs * len(self.ks)} pairs); fitted c_d = {self.c_d_fit:.3f}; plain loop step = {self.plain_step:.3f} T_1",
+                 f"{self.pairs * len(self.ks)} pairs); fitted c_d = {self.c_d_fit:.3f}; "
+                 f"plain loop step = {self.plain_step:.3f} T_1",
                  head]
         for i, k in enumerate(self.ks):
             q1, q3 = self.measured_range[i]
