@@ -26,8 +26,7 @@ def _median_times(fns, reps: int, sync: torch.Tensor) -> list[float]:
     """Median seconds of each fn() over reps calls, timed round-robin (fn 1, fn 2, ..., fn 1, ...).
 
     Taking turns spreads any drift of the machine over every term alike, and runs each call after the
-    others, as inside a decoding loop. That order matters: a target pass that follows the draft's runs
-    about 5% slower than one that follows the target, as the two models take turns in the CPU caches.
+    others, as inside a decoding loop, where the two models take turns in the CPU caches.
     """
     for fn in fns:  # warm-up
         fn()
