@@ -22,17 +22,23 @@ from .generation import (_policy, _prefill, _sync, decode_step, draft_block, gen
 from .telemetry import SpecDecodeLog
 
 
-def _median_times(fns, reps: int, sync: torch.Tensor) -> list[float]:
+def _median_times(fns, reps: int, sync: torch.Tensor, before=None) -> list[float]:
     """Median seconds of each fn() over reps calls, timed round-robin (fn 1, fn 2, ..., fn 1, ...).
 
     Taking turns spreads any drift of the machine over every term alike, and runs each call after the
-    others, as inside a decoding loop, where the two models take turns in the CPU caches.
+    others, as inside a decoding loop, where the two models take turns in the CPU caches. before[i], when
+    given and not None, runs untimed right before each call of fns[i] (to set up its state).
     """
-    for fn in fns:  # warm-up
+    before = before or [None] * len(fns)
+    for fn, prep in zip(fns, before):  # warm-up
+        if prep is not None:
+            prep()
         fn()
     times = [[] for _ in fns]
     for _ in range(reps):
-        for fn, ts in zip(fns, times):
+        for fn, prep, ts in zip(fns, before, times):
+            if prep is not None:
+                prep()
             _sync(sync)
             t0 = time.perf_counter()
             fn()
@@ -102,7 +108,10 @@ def time_catch_up(draft, context: torch.Tensor, k: int, reps: int = 50, *, tempe
     policy = {"temperature": temperature, "top_k": top_k,
               "generator": torch.Generator(device=context.device).manual_seed(seed)}
 
-    def after_one():
+    def one_behind():  # untimed: feed context[-2], so the cache lacks only the last token
+        draft(context[None, -2:-1], cache)
+
+    def one():
         draft_block(draft, cache, context[-1:], k, **policy)
         cache.crop(L - 2)
 
@@ -110,17 +119,8 @@ def time_catch_up(draft, context: torch.Tensor, k: int, reps: int = 50, *, tempe
         draft_block(draft, cache, context[-2:], k, **policy)
         cache.crop(L - 2)
 
-    times = {"one": [], "two": []}
-    for _ in range(reps + 1):  # the first pass is a warm-up
-        for name, fn in (("one", after_one), ("two", two)):
-            if name == "one":
-                draft(context[None, -2:-1], cache)  # untimed: the cache now lacks only the last token
-            _sync(context)
-            t0 = time.perf_counter()
-            fn()
-            _sync(context)
-            times[name].append(time.perf_counter() - t0)
-    return statistics.median(times["one"][1:]), statistics.median(times["two"][1:])
+    one_time, two_time = _median_times([one, two], reps, context, before=[one_behind, None])
+    return one_time, two_time
 
 
 @dataclass(frozen=True)
