@@ -140,7 +140,8 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k:
     `mode` is a registered decoder (`failure_modes()`; the post's five are DECODER_MODES); bad_draft and
     mismatched_q also need `Q_bad`. The sampling policy (temperature 0 is greedy) is applied to every table
     before decoding, as a serving stack applies it to both models. A SpecDecodeLog passed as `log` records
-    every round.
+    every round: its A, and the tokens of its verified output (A proposals, then the target's token) that land
+    inside the horizon, so a log never credits tokens past the end.
     """
     spec, target, propose, ratio, draft, start, horizon, k = decoder_args(
         P, Q, start, horizon, k, mode, Q_bad=Q_bad, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -172,10 +173,10 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k:
         at = length[live]
         cols = (live * width + at)[:, None] + torch.arange(k + 2)  # (m, k+2) flat positions of this round's tokens
         buf.view(-1).index_copy_(0, cols.reshape(-1), tokens.reshape(-1))  # scratch past the commit is overwritten later
+        if log is not None:  # a round that runs past the horizon retires only the tokens that land inside it
+            log.record_rounds(accepted, emitted=torch.minimum(accepted + 1, horizon - at))
         at = at + emitted
         nxt = tokens.gather(1, (emitted - 1)[:, None]).squeeze(1)
-        if log is not None:
-            log.record_rounds(accepted)
         if spec.phantom:
             more = at < horizon  # an unverified draft token slips into the history
             phantom = draw(phantom_cdf[nxt], u[2 * k + 1])

@@ -39,7 +39,7 @@ class SpecDecodeSummary:
     blocks_reaching: list[int]
     accepted_at: list[int]
     conditional_acceptance: list[float | None]
-    acceptance_rate_by_position: list[float | None]
+    reach: list[float | None]  # P(A >= j) over all rounds (Act III's reach), not a conditional rate
     full_block_fraction: float | None
     draft_time: float
     verify_time: float
@@ -70,7 +70,7 @@ class SpecDecodeSummary:
             for j in range(self.k):
                 lines.append(f"{j + 1:>8}{self.blocks_reaching[j]:>17}{self.accepted_at[j]:>10}"
                              f"{_cell(self.conditional_acceptance[j], '.3f'):>13}"
-                             f"{_cell(self.acceptance_rate_by_position[j], '.3f'):>11}")
+                             f"{_cell(self.reach[j], '.3f'):>11}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -177,7 +177,7 @@ class SpecDecodeLog:
             blocks_reaching=reaching,
             accepted_at=accepted_at,
             conditional_acceptance=[_ratio(a, r) for a, r in zip(accepted_at, reaching)],
-            acceptance_rate_by_position=[_ratio(a, rounds) for a in accepted_at],
+            reach=[_ratio(a, rounds) for a in accepted_at],
             full_block_fraction=_ratio(self._hist[self.k], rounds),
             draft_time=self._draft_time,
             verify_time=self._verify_time,

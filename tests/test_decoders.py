@@ -80,15 +80,34 @@ def test_policy_is_applied_to_target_and_draft():
     assert sequence_tv(s, exact2) < tv_bound(exact2, N) < sequence_tv(s, EXACT)
 
 
-def test_log_records_every_round():
+def test_log_counts_only_tokens_inside_the_horizon():
+    # k = 4 > horizon 3: a round can accept more proposals than the sequence has room for
     from specdec_lib.telemetry import SpecDecodeLog
+    n = 20_000
     log = SpecDecodeLog(k=4)
-    decode(n=20_000, log=log)
-    summary = log.summary()
-    assert summary.rounds >= 20_000 and summary.tokens >= 3 * 20_000
-    assert summary.tokens_per_target_call == pytest.approx(1 + sum(summary.acceptance_rate_by_position))
+    decode(n=n, log=log)
+    s = log.summary()
+    assert s.tokens == n * CH.horizon  # every committed token once, none past the end
+    assert s.tokens_per_target_call <= CH.horizon  # a call cannot retire more tokens than exist
+    credited = s.rounds + sum(s.accepted_at)  # negative control: A + 1 per round, the "counted past EOS" pitfall
+    assert credited > n * CH.horizon and credited / s.rounds > CH.horizon
     with pytest.raises(ValueError, match="log must be a SpecDecodeLog with the same k"):
         decode(n=10, log=SpecDecodeLog(k=3))
+
+
+@pytest.mark.parametrize("mode", list(D.MODES))
+def test_no_registered_decoder_logs_tokens_past_the_horizon(mode):
+    from specdec_lib.telemetry import SpecDecodeLog
+    n = 2_000
+    for k in (1, 4):
+        log = SpecDecodeLog(k=k)
+        decode(mode, k=k, n=n, log=log)
+        s = log.summary()
+        assert s.tokens <= n * CH.horizon and s.tokens_per_target_call <= CH.horizon
+        if mode in ("phantom_history", "rejected_kept"):  # unverified tokens take some of the positions
+            assert s.tokens < n * CH.horizon
+        else:
+            assert s.tokens == n * CH.horizon  # nothing but the verifier's tokens enters the history
 
 
 def test_cdf_table_never_draws_zero_mass():

@@ -125,12 +125,12 @@ RULES = {"correct": lambda p, q: torch.minimum(p, q).sum().item(),  # the specul
 
 @pytest.mark.parametrize("mode, other", [("correct", "match_acceptance"), ("match_acceptance", "correct")])
 def test_acceptance_of_a_sampled_draft(mode, other):
-    # one proposal, horizon 1: tokens per round = 1 + P(accept)
+    # one proposal, horizon 1: every round is the first, and P(A >= 1) is the acceptance rate
     g = torch.Generator().manual_seed(8)
     log = SpecDecodeLog(k=1)
     sd.decode_markov(CH.P, CH.Q, 0, 1, 1, N, mode, g, log=log)
     p, q = CH.P[0].double(), CH.Q[0].double()
-    measured = log.summary().tokens_per_target_call - 1
+    measured = log.summary().reach[0]
     assert abs(measured - RULES[mode](p, q)) < rate_bound(RULES[mode](p, q), N)
     assert abs(measured - RULES[other](p, q)) > rate_bound(RULES[mode](p, q), N)  # negative control
 
@@ -143,7 +143,7 @@ def test_non_causal_counting_breaks_the_identity():
         log = SpecDecodeLog(k=4)
         log.record_rounds(accepted_counts(flags, causal=causal), emitted=true_tokens)
         s = log.summary()
-        identity = 1 + sum(s.acceptance_rate_by_position)
+        identity = 1 + sum(s.reach)
         if causal:
             assert s.tokens_per_target_call == pytest.approx(identity, rel=1e-12)
         else:  # counting every passed slot claims tokens the rounds never retired
@@ -164,6 +164,6 @@ def test_eos_inside_the_accepted_prefix():
     truncated.record_rounds(emitted - 1)  # acceptance cut at the EOS as well
     for log, holds in ((naive, False), (truncated, True)):
         s = log.summary()
-        gap = abs(s.tokens_per_target_call - 1 - sum(s.acceptance_rate_by_position))
+        gap = abs(s.tokens_per_target_call - 1 - sum(s.reach))
         assert (gap < 1e-12) is holds
     assert truncated.summary().tokens_per_target_call == pytest.approx(emitted.double().mean().item())

@@ -24,7 +24,7 @@ def test_summary_by_hand():
     assert s.blocks_reaching == [5, 4, 3]  # A >= 0, 1, 2
     assert s.accepted_at == [4, 3, 2]  # A >= 1, 2, 3
     assert s.conditional_acceptance == [4 / 5, 3 / 4, 2 / 3]
-    assert s.acceptance_rate_by_position == [4 / 5, 3 / 5, 2 / 5]
+    assert s.reach == [4 / 5, 3 / 5, 2 / 5]
     assert s.full_block_fraction == 2 / 5
     assert s.draft_time == pytest.approx(0.05) and s.verify_time == pytest.approx(0.15)
     assert s.tokens_per_second == pytest.approx(14 / 0.2)
@@ -38,7 +38,7 @@ def test_identity_tokens_per_call_is_one_plus_sum_of_rates():
     log = SpecDecodeLog(k=6)
     log.record_rounds(simulate_blocks([0.9, 0.8, 0.8, 0.7, 0.5, 0.5], 6, 5000, generator=gen(1)))
     s = log.summary()
-    assert s.tokens_per_target_call == pytest.approx(1 + sum(s.acceptance_rate_by_position), rel=1e-12)
+    assert s.tokens_per_target_call == pytest.approx(1 + sum(s.reach), rel=1e-12)
 
 
 def test_eos_truncation_breaks_the_identity_as_it_should():
@@ -47,7 +47,7 @@ def test_eos_truncation_breaks_the_identity_as_it_should():
     log.record_round(1)
     s = log.summary()
     assert s.tokens == 4 and s.tokens_per_target_call == 2.0
-    assert 1 + sum(s.acceptance_rate_by_position) == 3.5  # counts still describe acceptance
+    assert 1 + sum(s.reach) == 3.5  # counts still describe acceptance
     log.record_round(0, emitted=0)
     assert log.summary().tokens == 4
 
@@ -56,12 +56,12 @@ def test_empty_log_and_unreached_positions_are_none_not_nan():
     s = SpecDecodeLog(k=2).summary()
     assert s.rounds == 0 and s.tokens == 0
     assert s.tokens_per_target_call is None and s.full_block_fraction is None and s.tokens_per_second is None
-    assert s.conditional_acceptance == [None, None] and s.acceptance_rate_by_position == [None, None]
+    assert s.conditional_acceptance == [None, None] and s.reach == [None, None]
     log = SpecDecodeLog(k=3)
     log.record_round(0)
     s = log.summary()
     assert s.blocks_reaching == [1, 0, 0] and s.conditional_acceptance == [0.0, None, None]
-    assert s.acceptance_rate_by_position == [0.0, 0.0, 0.0]
+    assert s.reach == [0.0, 0.0, 0.0]
     assert s.tokens_per_second is None  # no time recorded
     assert "-" in str(log) and "nan" not in str(log).lower()
 
@@ -124,7 +124,7 @@ def test_log_matches_survivor_statistics_on_the_mixture():
     s, ref = log.summary(), survivor_statistics(acc)
     assert s.blocks_reaching == ref.blocks_reaching
     assert s.conditional_acceptance == ref.conditional_rate
-    assert s.acceptance_rate_by_position == ref.reach
+    assert s.reach == ref.reach
 
 
 def test_conditional_acceptance_statistics_with_negative_control():
@@ -140,7 +140,7 @@ def test_conditional_acceptance_statistics_with_negative_control():
 
     assert within_5_sd(alpha)
     assert not within_5_sd(0.75)  # negative control: the wrong alpha fails the same check
-    for r_hat, r in zip(s.acceptance_rate_by_position, reach_probabilities(alpha, k)):
+    for r_hat, r in zip(s.reach, reach_probabilities(alpha, k)):
         assert abs(r_hat - r) < 5 * math.sqrt(r * (1 - r) / n)  # mean of n Bernoulli(r) indicators
 
 
