@@ -1,4 +1,4 @@
-"""The field guide: speculative-decoding bugs from public code, each as a switch on the Markov decoders.
+"""The field guide: speculative-decoding bugs (from public code, the post, or the course), each a switch on the Markov decoders.
 
 A decoder is described by a `DecoderSpec`: which table the draft samples, which one the verifier believes,
 which state each model conditions on, how acceptance, the residual and the bonus are computed. The correct
@@ -8,9 +8,11 @@ or two lines of a real implementation. `decode_markov` and `exact_decoder_distri
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
+from ._checks import check_choice
 from .policy import policy_table
 
 
@@ -34,15 +36,23 @@ class DecoderSpec:
     policy_on_target: bool = True  # False: the policy reaches the draft but not the target
 
 
+Origin = Literal["paper", "public code", "the post", "the course"]
+ORIGINS: tuple[str, ...] = Origin.__args__  # where a registered decoder comes from
+
+
 @dataclass(frozen=True)
 class FailureMode:
-    """A registered decoder: its spec, a one-line description, its public reference, and what it costs."""
+    """A registered decoder: its spec, a one-line description, its reference, where it comes from, what it costs."""
 
     name: str
     description: str
     reference: str
     spec: DecoderSpec = field(default_factory=DecoderSpec)
     exact: bool = False  # True: only speed is lost (the output distribution stays the target's)
+    origin: Origin = "public code"  # paper (the correct decoder) | public code | the post | the course
+
+    def __post_init__(self) -> None:
+        check_choice("origin", self.origin, ORIGINS)
 
     def target(self, P: torch.Tensor) -> torch.Tensor:
         """The chain the user asked for: P under the request's policy (what an exact decoder samples)."""
@@ -53,17 +63,17 @@ _TOP_P = (("top_p", 0.8),)
 
 _MODES = [
     FailureMode("correct", "everything consistent: propose from Q, ratio with Q, target at the committed prefix",
-                "Leviathan et al. 2023; Chen et al. 2023", exact=True),
+                "Leviathan et al. 2023; Chen et al. 2023", exact=True, origin="paper"),
     FailureMode("bad_draft", "a badly wrong draft Q_bad, and the verifier uses that same Q_bad",
-                "the post, Act II", DecoderSpec(propose="Q_bad", ratio="Q_bad"), exact=True),
+                "the post, Act II", DecoderSpec(propose="Q_bad", ratio="Q_bad"), exact=True, origin="the post"),
     FailureMode("mismatched_q", "proposals come from Q but the ratio is computed with Q_bad",
-                "the post, Act II", DecoderSpec(ratio="Q_bad")),
+                "the post, Act II", DecoderSpec(ratio="Q_bad"), origin="the post"),
     FailureMode("phantom_history", "after each round an unverified draft token is appended to the history",
-                "the post, Act II", DecoderSpec(phantom=True)),
+                "the post, Act II", DecoderSpec(phantom=True), origin="the post"),
     FailureMode("off_by_one", "each proposal is judged by the target row one position too late",
                 "the post, Act II; transformers PR #28166 (logit indexing)", DecoderSpec(judge="off_by_one")),
     FailureMode("target_on_reject", "a rejection resamples from p instead of the residual [p - q]_+",
-                "the post, Act I", DecoderSpec(residual="target")),
+                "the post, Act I", DecoderSpec(residual="target"), origin="the post"),
     FailureMode("greedy_draft_softmax_q", "the draft proposes its argmax but the full softmax is used as q",
                 "transformers #32867 / PR #33534; jaymody/speculative-sampling #3; romsto/Speculative-Decoding",
                 DecoderSpec(propose="argmax_Q")),
@@ -82,10 +92,11 @@ _MODES = [
     FailureMode("first_unverified", "the first proposal of every block is committed without verification",
                 "ohdearquant/lattice #243 / PR #258", DecoderSpec(verify_first=False)),
     FailureMode("bonus_from_draft", "after a full block the bonus token is drawn from the draft, not the target",
-                "constructed for the course (no public report found)", DecoderSpec(bonus="draft")),
+                "constructed for the course (no public report found)", DecoderSpec(bonus="draft"),
+                origin="the course"),
     FailureMode("stale_draft_fresh_q", "the draft samples from a stale state but q is recomputed at the true prefix",
                 "the post, Act II (a stale draft cache read with the wrong q)", DecoderSpec(
-                    draft_context="own_last_proposal", ratio_context="committed")),
+                    draft_context="own_last_proposal", ratio_context="committed"), origin="the post"),
     FailureMode("stale_draft_cache", "the draft cache is not trimmed after a rejection, and q is recorded as sampled",
                 "mlx-lm PR #1109; vLLM #4212 / PR #5765", DecoderSpec(draft_context="own_last_proposal"),
                 exact=True),
@@ -93,7 +104,7 @@ _MODES = [
                 "lablup/mlxcel #994 / PR #1002", DecoderSpec(draft_context="one_too_far"), exact=True),
     FailureMode("match_acceptance", "accept while a target sample equals the proposal, emit the sample at a mismatch",
                 "course notes: match-based acceptance of a sampled draft", DecoderSpec(acceptance="match"),
-                exact=True),
+                exact=True, origin="the course"),
 ]
 MODES: dict[str, FailureMode] = {m.name: m for m in _MODES}
 

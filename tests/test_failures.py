@@ -8,7 +8,7 @@ import torch
 
 import specdec_lib as sd
 from specdec_lib.decoders import cdf_table, draw
-from specdec_lib.failures import MODES, DecoderSpec, check_q_contract, failure_modes, spec_tables
+from specdec_lib.failures import MODES, DecoderSpec, FailureMode, check_q_contract, failure_modes, spec_tables
 from specdec_lib.telemetry import SpecDecodeLog, accepted_counts, emitted_until_eos
 from stats import rate_bound, tv_bound
 
@@ -55,6 +55,14 @@ def test_registry():
     assert set(sd.DECODER_MODES) <= set(MODES)
     fields = {f.name for f in dataclasses.fields(DecoderSpec)}
     assert all(set(dataclasses.asdict(m.spec)) == fields for m in modes)
+    assert [m.origin for m in modes].count("paper") == 1 and modes[0].origin == "paper"
+    for m in modes:  # a bug credited to public code cites an issue or pull request
+        assert (m.origin == "public code") == ("#" in m.reference), m.name
+
+
+def test_origin_is_validated():
+    with pytest.raises(ValueError, match="origin must be one of 'paper', 'public code', 'the post', 'the course'"):
+        FailureMode("x", "d", "r", origin="public")
 
 
 @pytest.mark.parametrize("mode", list(MODES))
