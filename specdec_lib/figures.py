@@ -3,19 +3,31 @@ from __future__ import annotations
 
 import importlib
 import pathlib
+import pkgutil
 import sys
 
+from . import presentation
 from .presentation.style import DPI
 
-ACTS = ("distribution", "block_decoder", "token_accounting", "cost_model", "measure_it")  # presentation modules, in course order
+# presentation modules in course order; any other module with FIGURES follows, so none is ever left out
+ACTS = ("distribution", "block_decoder", "field_guide", "token_accounting", "cost_model", "measure_it")
+
+
+def figure_modules() -> list[str]:
+    """Every presentation module that defines FIGURES: those of ACTS in course order, then the rest by name."""
+    found = sorted(m.name for m in pkgutil.iter_modules(presentation.__path__)
+                   if hasattr(importlib.import_module(f"{presentation.__name__}.{m.name}"), "FIGURES"))
+    return [a for a in ACTS if a in found] + [m for m in found if m not in ACTS]
 
 
 def all_figures() -> dict:
     """Every presentation module's FIGURES, merged in course order: {file stem: zero-argument builder}."""
     figures = {}
-    for act in ACTS:
-        module = importlib.import_module(f"specdec_lib.presentation.{act}")
-        figures.update(module.FIGURES)
+    for name in figure_modules():
+        for stem, build in importlib.import_module(f"{presentation.__name__}.{name}").FIGURES.items():
+            if stem in figures:
+                raise ValueError(f"figure {stem!r} is registered twice (second time in presentation.{name})")
+            figures[stem] = build
     return figures
 
 

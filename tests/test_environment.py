@@ -255,11 +255,11 @@ def test_lab_rule_binds_localhost():
 
 def test_lab_rule_never_uses_empty_token():
     rule = makefile_rule("lab")
-    assert "--ServerApp.token=" in rule
+    assert "--IdentityProvider.token=" in rule and "ServerApp.token" not in rule  # ServerApp.token is deprecated
     for m in re.finditer(r"token=(\S*)", rule):
         value = m.group(1)
         assert value not in ("", "''", '""', "\\'\\'"), f"empty token in lab rule: {m.group(0)!r}"
-    assert "--ServerApp.token=\"$$TOKEN\"" in rule, "lab should pass the generated/given token"
+    assert "--IdentityProvider.token=\"$$TOKEN\"" in rule, "lab should pass the generated/given token"
     assert "secrets." in rule, "lab should generate a random token with python secrets"
     assert re.search(r'if \[ -z "\$\$TOKEN" \]', rule), "lab should refuse/replace an empty token"
     assert "NotebookApp.token" not in rule and "disable_check_xsrf" not in rule

@@ -123,7 +123,7 @@ def lab(tmp_path_factory) -> LabServer:
     port, token = free_port(), secrets.token_urlsafe(24)
     jupyter = Path(sys.executable).parent / "jupyter"
     cmd = [str(jupyter), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
-           "--ServerApp.port_retries=0", f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
+           "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
            "--LabApp.expose_app_in_browser=True"]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
