@@ -1,7 +1,9 @@
 # specdec: build and test entry points (GNU make >= 4.0; tried with 4.3).
 #
 #   make install     create .venv (if missing) and install the exact pins of requirements.lock + specdec_lib (editable)
-#   make test        pytest tests/ (without tests/e2e), then nbval over notebooks/*.ipynb (skipped while there are none)
+#   make test        pytest tests/ (without tests/e2e), then strict nbval over notebooks/*.ipynb
+#   make test-portable  strict nbval again under 5 environments that imitate other CPUs, BLAS paths and thread counts
+#   make lint        ruff check . (pyflakes, pycodestyle errors, import order, bugbear, pyupgrade; pyproject.toml)
 #   make e2e         make book, then the browser tests tests/e2e (Playwright + Debian's /usr/bin/chromium; not in `make test`)
 #   make book        offline HTML edition of the notebooks in _book/ (open _book/index.html; scripts fetched with npm pack)
 #   make student     learners' copies in student/: solution cells stubbed (NotImplementedError), outputs cleared
@@ -17,6 +19,7 @@
 #
 # Variables: PYTHON (interpreter that creates .venv, default python3), LAB_PORT (default 8888),
 #            NB_TIMEOUT (seconds per cell for `make notebooks` and `make book`, default 600),
+#            PORTABLE_JOBS (environments `make test-portable` runs at once, default 2),
 #            E2E_UPDATE_SCREENSHOTS=1 (`make e2e` also copies its screenshots into docs/screenshots/ for the README).
 
 SHELL := /bin/bash
@@ -34,8 +37,9 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LAB_PORT ?= 8888
 NB_TIMEOUT ?= 600
+PORTABLE_JOBS ?= 2
 
-.PHONY: all install test test-lib test-notebooks test-student student e2e book lab notebooks figures bench models measure lock clean distclean help
+.PHONY: all install test test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -74,11 +78,18 @@ test-lib: $(STAMP)
 	$(VPY) -m pytest tests/ --ignore=tests/e2e
 
 test-notebooks: $(STAMP)
-	@shopt -s nullglob
-	nbs=(notebooks/*.ipynb)
-	if (( $${#nbs[@]} == 0 )); then echo "test-notebooks: no notebooks/*.ipynb yet, nbval skipped"; exit 0; fi
-	echo "+ $(VPY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/"
-	$(VPY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/
+	@echo "+ $(VPY) tools/nbval_envs.py --only default"
+	$(VPY) tools/nbval_envs.py --only default
+
+# The same strict nbval under five environments that compute like other machines (tools/nbval_envs.py):
+# the default, torch's generic kernels, MKL's compatible path, one thread, SSE4.2 only. PORTABLE_JOBS at a time.
+test-portable: $(STAMP)
+	@echo "+ $(VPY) tools/nbval_envs.py --jobs $(PORTABLE_JOBS)"
+	$(VPY) tools/nbval_envs.py --jobs $(PORTABLE_JOBS)
+
+lint: $(STAMP)
+	@echo "+ $(VENV)/bin/ruff check ."
+	$(VENV)/bin/ruff check .
 
 # Each notebook in a real JupyterLab (run all, no errors, every slider and dropdown redraws its view), then the
 # offline edition in Chromium with the network cut off. Needs /usr/bin/chromium (Debian's; .ci/run installs it).

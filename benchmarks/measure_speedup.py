@@ -19,6 +19,7 @@ import platform
 import time
 
 import torch
+from tqdm import tqdm
 
 import specdec_lib as sd
 
@@ -48,8 +49,11 @@ def main() -> None:
           f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature}, top_k {args.top_k}'}; "
           f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     t0 = time.perf_counter()
-    table = sd.measure_speedup(target, draft, prompts, range(1, args.k_max + 1), n_new=args.n_new,
-                               repeats=args.repeats, reps=args.reps, temperature=args.temperature, top_k=args.top_k)
+    ks = range(1, args.k_max + 1)
+    with tqdm(total=args.repeats * len(prompts) * len(ks), desc="pairs", unit="pair") as bar:
+        table = sd.measure_speedup(target, draft, prompts, ks, n_new=args.n_new, repeats=args.repeats,
+                                   reps=args.reps, temperature=args.temperature, top_k=args.top_k,
+                                   on_pair=bar.update)
     print(table)
     print(f"took {time.perf_counter() - t0:.0f}s; load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.json is not None:

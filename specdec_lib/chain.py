@@ -11,7 +11,7 @@ from .sampling import sample_rows
 
 @dataclass(frozen=True)
 class ReferenceChain:
-    """The course's chain: target P, a blurred-target draft Q and a badly wrong draft Q_bad, each (V, V) by last token."""
+    """The course's chain: target P, a blurred-target draft Q, a badly wrong draft Q_bad; each (V, V) by last token."""
 
     P: torch.Tensor
     Q: torch.Tensor

@@ -20,7 +20,7 @@ DECODER_MODES = {name: MODES[name].description for name in POST_MODES}
 
 
 def cdf_table(weights: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF table (..., V) in float64: token i owns [cdf[i-1], cdf[i]); from the last positive weight on, +inf."""
+    """Inverse-CDF table (..., V) in float64: token i owns [cdf[i-1], cdf[i]); +inf from the last positive weight on."""
     w = weights.double()
     cdf = (w / w.sum(-1, keepdim=True)).cumsum(-1)
     V = w.shape[-1]
@@ -34,7 +34,7 @@ def draw(cdf_rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def accept_table(P: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
-    """acc[r, c, y] = min(1, P[r, y] / R[c, y]): target row r judges proposal y, which the verifier believes R[c] made."""
+    """acc[r, c, y] = min(1, P[r, y] / R[c, y]): target row r judges proposal y, believed drawn by R[c]."""
     acc = accept_ratio(P.double()[:, None, :], R.double()[None, :, :])  # (V, V, V)
     return torch.nan_to_num(acc, nan=0.0)  # 0/0 only at pairs no consistent draft proposes
 
@@ -172,7 +172,7 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k:
         tokens, emitted, accepted, last_prop = _round(spec, tables, s, d0, k, u)  # last_prop: y_k
         at = length[live]
         cols = (live * width + at)[:, None] + torch.arange(k + 2)  # (m, k+2) flat positions of this round's tokens
-        buf.view(-1).index_copy_(0, cols.reshape(-1), tokens.reshape(-1))  # scratch past the commit is overwritten later
+        buf.view(-1).index_copy_(0, cols.reshape(-1), tokens.reshape(-1))  # scratch past the commit: overwritten later
         if log is not None:  # a round that runs past the horizon retires only the tokens that land inside it
             log.record_rounds(accepted, emitted=torch.minimum(accepted + 1, horizon - at))
         at = at + emitted

@@ -1,4 +1,4 @@
-"""The field guide: speculative-decoding bugs (from public code, the post, or the course), each a switch on the Markov decoders.
+"""The field guide: decoder bugs from public code, the post and the course, each a switch on the Markov decoders.
 
 A decoder is described by a `DecoderSpec`: which table the draft samples, which one the verifier believes,
 which state each model conditions on, how acceptance, the residual and the bonus are computed. The correct
@@ -27,7 +27,7 @@ class DecoderSpec:
     judge: str = "aligned"  # target row for proposal j: aligned (before y_j) | off_by_one (at y_j)
     acceptance: str = "ratio"  # ratio: u < min(1, p/q) | match: a target sample t equals y
     verify_first: bool = True  # False: proposal 1 is committed unverified
-    residual: str = "normalised"  # normalised [p - q]_+ | softmax of [p - q]_+ | target (p) | single_token (p without y)
+    residual: str = "normalised"  # normalised [p - q]_+ | softmax of [p - q]_+ | target (p) | single_token (p minus y)
     residual_uniform: str = "fresh"  # fresh | reused (the acceptance uniform of the rejected slot)
     bonus: str = "target"  # the bonus after a full block: target P | draft Q
     keep_rejected: bool = False  # the rejected proposal stays in the output before the correction

@@ -25,7 +25,8 @@ def _check_prompt(prompt, model, n_new: int, extra: int = 0) -> torch.Tensor:
     if not isinstance(prompt, torch.Tensor):
         raise TypeError(f"prompt must be a torch.Tensor, got {type(prompt).__name__}")
     if prompt.dtype != torch.long or prompt.dim() != 1 or prompt.numel() == 0:
-        raise ValueError(f"prompt must be a non-empty 1-D LongTensor, got dtype {prompt.dtype}, shape {tuple(prompt.shape)}")
+        raise ValueError(f"prompt must be a non-empty 1-D LongTensor, got dtype {prompt.dtype}, "
+                         f"shape {tuple(prompt.shape)}")
     if int(prompt.min()) < 0 or int(prompt.max()) >= model.vocab:
         raise ValueError(f"prompt must hold token ids in [0, {model.vocab})")
     if prompt.numel() + n_new + extra > model.max_len:

@@ -12,13 +12,22 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from ._checks import check_int
-from .generation import (_policy, _prefill, _sync, decode_step, draft_block, generate_plain, generate_speculative,
-                         verify_round)
+from .generation import (
+    _policy,
+    _prefill,
+    _sync,
+    decode_step,
+    draft_block,
+    generate_plain,
+    generate_speculative,
+    verify_round,
+)
 from .telemetry import SpecDecodeLog
 
 
@@ -187,7 +196,8 @@ def _seconds_per_token(log: SpecDecodeLog) -> float:
 
 
 def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, repeats: int = 5, reps: int = 5,
-                    temperature: float = 0.0, top_k: int | None = None, seed: int = 0) -> SpeedupTable:
+                    temperature: float = 0.0, top_k: int | None = None, seed: int = 0,
+                    on_pair: Callable[[], object] | None = None) -> SpeedupTable:
     """Time T_1, D(k), V(k) on their own, decode the prompts plainly and speculatively, and set S(k) against the clock.
 
     The machine's speed drifts (on a shared VM by 2x within seconds), so nothing is compared across
@@ -197,6 +207,7 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, 
     over its speculative time counted in each pair's own plain time per token (a tokens/s ratio over
     every prompt, immune to drift between pairs); the table gives the median over repeats and their
     range. Greedy by default (temperature 0); otherwise both decoders sample under (temperature, top_k).
+    on_pair(), when given, is called after each of the repeats x len(prompts) x len(ks) pairs (a progress bar).
     """
     ks = [check_int("k", k, minimum=1) for k in ks]
     if not ks:
@@ -207,6 +218,8 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, 
     prompts = list(prompts)
     if not prompts:
         raise ValueError("prompts must hold at least one prompt")
+    if on_pair is not None and not callable(on_pair):
+        raise TypeError(f"on_pair must be callable or None, got {type(on_pair).__name__}")
     context = torch.cat([prompts[0], generate_plain(target, prompts[0], max(1, n_new // 2))])  # a real context
     policy = "greedy" if temperature == 0 else f"sample (top_k={top_k})"
     g = torch.Generator(device=prompts[0].device).manual_seed(seed)
@@ -235,6 +248,8 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, 
                 c_d[k].append(D / (k * T_1))
                 c_v[k].append(V / T_1)
                 plain_steps.append(plain_token / T_1)
+                if on_pair is not None:
+                    on_pair()
     med = statistics.median
     c_d, c_v = [med(c_d[k]) for k in ks], [med(c_v[k]) for k in ks]
     summaries = {k: logs[k].summary() for k in ks}

@@ -142,7 +142,8 @@ class CachedLM(nn.Module):
             elif ".ln_" in name or name.startswith("ln_"):
                 p.fill_(1.0)
             else:
-                scale = 1 / math.sqrt(2 * max(1, self.config.n_layer)) if name.endswith(("proj.weight", "out.weight")) else 1.0
+                residual_out = name.endswith(("proj.weight", "out.weight"))  # scaled down by depth, as in GPT-2
+                scale = 1 / math.sqrt(2 * max(1, self.config.n_layer)) if residual_out else 1.0
                 p.copy_(torch.randn(p.shape, generator=g) * std * scale)
 
     def new_cache(self, batch: int = 1) -> KVCache:

@@ -1,4 +1,4 @@
-"""Act I: one speculative step. Accepting with min(1, p/q) passes min(p, q); the residual [p - q]_+ supplies the rest."""
+"""Act I: one speculative step. Accepting with min(1, p/q) passes min(p, q); the residual [p - q]_+ gives the rest."""
 from __future__ import annotations
 
 import torch
@@ -27,7 +27,7 @@ def sample_from(p: torch.Tensor, n: int, generator: torch.Generator | None = Non
 
 
 def residual_weights(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """Unnormalised residual [p - q]_+ (..., V), with p itself where p == q leaves no mass (rejection impossible there)."""
+    """Unnormalised residual [p - q]_+ (..., V); p itself where p == q leaves no mass (no rejection can happen)."""
     r = torch.clamp(p - q, min=0)  # (..., V)
     empty = r.sum(-1, keepdim=True) <= 0  # (..., 1)
     return torch.where(empty, p, r)

@@ -138,7 +138,7 @@ class SpecDecodeLog:
         self._draft_time += draft_time
         self._verify_time += verify_time
 
-    def merge(self, other: "SpecDecodeLog") -> None:
+    def merge(self, other: SpecDecodeLog) -> None:
         """Add another log's rounds, tokens and times to this one (same k, policy, temperature and batch size)."""
         if not isinstance(other, SpecDecodeLog):
             raise TypeError(f"other must be a SpecDecodeLog, got {type(other).__name__}")

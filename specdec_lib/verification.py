@@ -51,7 +51,8 @@ def _check_block(p_rows, q_rows, proposals, *, batched: bool):
     q_rows = check_distribution("q_rows", q_rows, min_dim=2 + lead)
     if p_rows.dim() != 2 + lead or q_rows.dim() != 2 + lead:
         want = "(n, k+1, V) and (n, k, V)" if batched else "(k+1, V) and (k, V)"
-        raise ValueError(f"p_rows and q_rows must have shapes {want}, got {tuple(p_rows.shape)} and {tuple(q_rows.shape)}")
+        raise ValueError(f"p_rows and q_rows must have shapes {want}, "
+                         f"got {tuple(p_rows.shape)} and {tuple(q_rows.shape)}")
     k = q_rows.shape[-2]
     if p_rows.shape[-2] != k + 1 or p_rows.shape[-1] != q_rows.shape[-1] or p_rows.shape[:lead] != q_rows.shape[:lead]:
         raise ValueError(f"p_rows must hold k+1 rows for the k = {k} rows of q_rows (one per proposal plus the bonus) "

@@ -21,7 +21,8 @@ def fast_png(monkeypatch):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: minutes long (the student notebooks executed); run by `make test-student`, "
+    config.addinivalue_line("markers", "slow: minutes long (the student notebooks executed); "
+                                       "run by `make test-student`, "
                                        "skipped unless -m selects slow")
 
 

@@ -246,9 +246,9 @@ def test_survivor_table_text(survivor):
     lines = text.splitlines()
     assert lines[0].split() == ["position", "1", "2", "3", "4"]
     assert "wrong" in text and "right" in text and "P(A >= j)" in text and "blocks reaching" in text
-    cond_line = next(l for l in lines if l.startswith("conditional among survivors"))
+    cond_line = next(line for line in lines if line.startswith("conditional among survivors"))
     assert cond_line.split()[-4:] == [f"{x:.3f}" for x in s.conditional_rate]
-    assert len({len(l.removesuffix("   wrong").removesuffix("   right")) for l in lines}) == 1  # fixed width
+    assert len({len(line.removesuffix("   wrong").removesuffix("   right")) for line in lines}) == 1  # fixed width
 
 
 def test_survivor_statistics_bad_input():

@@ -3,10 +3,10 @@ import itertools
 
 import pytest
 import torch
+from stats import rate_bound, tv_bound
 
 import specdec_lib.chain as C
 from specdec_lib.sampling import overlap
-from stats import rate_bound, tv_bound
 
 CH = C.reference_chain()
 
@@ -32,7 +32,8 @@ def test_exact_distribution_matches_brute_force_product():
     for s in itertools.product(range(5), repeat=3):
         pr, cur = 1.0, 0
         for t in s:
-            pr *= float(CH.P[cur, t]); cur = t
+            pr *= float(CH.P[cur, t])
+            cur = t
         assert exact[s].item() == pytest.approx(pr, rel=1e-6)
 
 
@@ -70,7 +71,8 @@ def test_sequence_tv_of_exact_counts_is_zero():
     (lambda: C.sequence_tv(torch.zeros(3, 2, dtype=torch.long), torch.full((5,) * 3, 1 / 125)), ValueError, "horizon"),
     (lambda: C.sequence_tv(torch.full((3, 3), 7), torch.full((5,) * 3, 1 / 125)), ValueError, "token ids"),
     (lambda: C.sequence_tv(torch.zeros(3, 3), torch.full((5,) * 3, 1 / 125)), TypeError, "integer tensor"),
-    (lambda: C.sequence_tv(torch.zeros(3, 3, dtype=torch.long), torch.full((5,) * 3, 0.1)), ValueError, "exact must sum"),
+    (lambda: C.sequence_tv(torch.zeros(3, 3, dtype=torch.long), torch.full((5,) * 3, 0.1)), ValueError,
+     "exact must sum"),
     (lambda: C.random_table(5, seed=1.5, sharpness=1.0), TypeError, "seed must be an integer"),
 ])
 def test_chain_validation(call, exc, match):

@@ -1,10 +1,10 @@
 """The block decoder end to end on the reference chain: exact modes within noise, broken modes caught."""
 import pytest
 import torch
+from stats import tv_bound
 
 import specdec_lib.decoders as D
 from specdec_lib.chain import exact_sequence_distribution, reference_chain, sequence_tv
-from stats import tv_bound
 
 CH = reference_chain()
 ORIGINAL_RESIDUAL_TABLE = D.residual_table
@@ -62,7 +62,8 @@ def test_greedy_speculative_equals_plain_greedy():
     # temperature 0: every sequence is the target's greedy path, token for token, whatever the draft
     path, cur = [], CH.start
     for _ in range(6):
-        cur = int(CH.P[cur].argmax()); path.append(cur)
+        cur = int(CH.P[cur].argmax())
+        path.append(cur)
     for mode in ("correct", "bad_draft"):
         for k in (0, 1, 3, 8):
             s = decode(mode, k=k, n=64, horizon=6, temperature=0.0)

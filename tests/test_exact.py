@@ -1,10 +1,10 @@
 """The exact decoder distribution: exact modes equal the target to 1e-12, broken modes match the sampler."""
 import pytest
 import torch
+from stats import tv_bound
 
 import specdec_lib as sd
 from specdec_lib.exact import exact_decoder_distribution
-from stats import tv_bound
 
 CH = sd.reference_chain()
 
@@ -109,7 +109,8 @@ def test_exact_engine_validation():
 def test_greedy_exact_distribution_is_a_point_mass_on_the_greedy_path():
     path, cur = [], 0
     for _ in range(4):
-        cur = int(CH.P[cur].argmax()); path.append(cur)
+        cur = int(CH.P[cur].argmax())
+        path.append(cur)
     for mode in ("correct", "bad_draft"):
         for k in (0, 1, 4, 8):
             d = exact_decoder_distribution(CH.P, CH.Q, 0, 4, k, mode, Q_bad=CH.Q_bad, temperature=0.0)

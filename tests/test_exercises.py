@@ -49,7 +49,8 @@ def solution_namespaces():
 
 
 SOLUTIONS = solution_namespaces()
-NS = {name: fn for ns, _ in SOLUTIONS.values() for name, fn in ns.items() if callable(fn) and name not in ("torch", "sd")}
+NS = {name: fn for ns, _ in SOLUTIONS.values() for name, fn in ns.items()
+      if callable(fn) and name not in ("torch", "sd")}
 
 
 def test_every_notebook_has_two_to_four_checked_exercises():

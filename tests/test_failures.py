@@ -5,12 +5,12 @@ import math
 
 import pytest
 import torch
+from stats import rate_bound, tv_bound
 
 import specdec_lib as sd
 from specdec_lib.decoders import cdf_table, draw
 from specdec_lib.failures import MODES, DecoderSpec, FailureMode, check_q_contract, failure_modes, spec_tables
 from specdec_lib.telemetry import SpecDecodeLog, accepted_counts, emitted_until_eos
-from stats import rate_bound, tv_bound
 
 CH = sd.reference_chain()
 K, H = 2, 3  # k < horizon, so a full block's bonus token lands inside the horizon and its bugs can show
@@ -28,13 +28,13 @@ def samples(mode, n=N, seed=0, k=K, log=None, **kw):
     return sd.decode_markov(CH.P, CH.Q, CH.start, H, k, n, mode, g, Q_bad=CH.Q_bad, log=log, **kw)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def shared_samples(mode):
     """One run of N sequences per mode, shared by the tests that only read it."""
     return samples(mode, seed=sum(map(ord, mode)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tokens_per_call(mode):
     """Tokens per target call over 50,000 sequences at k = 4, and the number of rounds behind it."""
     log = SpecDecodeLog(k=4)

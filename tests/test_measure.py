@@ -53,6 +53,14 @@ def test_measure_speedup_is_consistent_with_its_own_terms(tiny, policy):
     assert len(t.alpha) == ks[-1] and all(a is None or 0 <= a <= 1 for a in t.alpha)
 
 
+def test_on_pair_is_called_once_per_pair(tiny):
+    target, draft = tiny
+    calls = []
+    t = sd.measure_speedup(target, draft, PROMPTS, [1, 2, 3], n_new=6, repeats=2, reps=1,
+                           on_pair=lambda: calls.append(1))
+    assert len(calls) == t.pairs * len(t.ks) == 2 * len(PROMPTS) * 3
+
+
 def test_greedy_pairs_retire_the_plain_tokens(tiny):
     """Greedy E[N] is a property of the models, not of the clock: two measurements agree exactly."""
     target, draft = tiny
@@ -84,6 +92,7 @@ def test_time_terms_leaves_the_models_as_it_found_them(tiny):
     ({"n_new": 0}, ValueError, "n_new"),
     ({"prompts": []}, ValueError, "prompts"),
     ({"temperature": -1.0}, ValueError, "temperature"),
+    ({"on_pair": 3}, TypeError, "on_pair must be callable"),
 ])
 def test_bad_arguments(tiny, kwargs, err, match):
     target, draft = tiny

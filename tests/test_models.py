@@ -4,7 +4,7 @@ import torch
 
 import specdec_lib as sd
 from specdec_lib.generation import exact_continuations, generate_plain, generate_speculative
-from specdec_lib.models import KVCache, LMConfig, CachedLM
+from specdec_lib.models import CachedLM, KVCache, LMConfig
 
 
 @pytest.fixture(scope="module")

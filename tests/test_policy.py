@@ -77,7 +77,8 @@ def test_order_temperature_then_top_k_then_top_p():
     out = apply_policy(x, temperature=0.5, top_k=3, top_p=0.9)
     ref = torch.softmax(torch.tensor([2.0, 1.0, 0.0]) / 0.5, 0)
     keep = (ref.cumsum(0) - ref) < 0.9
-    ref = torch.where(keep, ref, torch.zeros_like(ref)); ref = ref / ref.sum()
+    ref = torch.where(keep, ref, torch.zeros_like(ref))
+    ref = ref / ref.sum()
     assert torch.allclose(out[:3], ref) and out[3] == 0
 
 

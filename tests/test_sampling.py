@@ -3,9 +3,9 @@ import math
 
 import pytest
 import torch
+from stats import rate_bound, tv_bound
 
 import specdec_lib.sampling as S
-from stats import rate_bound, tv_bound
 
 
 def post_pair():
@@ -186,7 +186,7 @@ def test_total_variation_and_overlap_properties():
     p, q = post_pair()
     assert S.total_variation(p, p) == 0.0
     assert S.total_variation(p, q) == pytest.approx(S.total_variation(q, p))
-    a = torch.tensor([1.0, 0.0]); b = torch.tensor([0.0, 1.0])
+    a, b = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
     assert S.total_variation(a, b) == 1.0 and S.overlap(a, b) == 0.0
     joint = torch.full((2, 2), 0.25)
     assert S.total_variation(joint, joint) == 0.0

@@ -1,5 +1,6 @@
 """The learners' copies (tools/make_student.py): no solution code, and they run top to bottom failing only in the
-check cells, with NotImplementedError. Executing four notebooks takes minutes: marked slow, run by `make test-student`."""
+check cells, with NotImplementedError. Executing four notebooks takes minutes: marked slow, run by
+`make test-student`."""
 import ast
 import subprocess
 import sys
@@ -56,7 +57,8 @@ def test_student_copy_has_stubs_and_no_solution_code(student_dir, name):
     original = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
     student = nbformat.read(student_dir / f"{name}.ipynb", as_version=4)
     assert [c.cell_type for c in student.cells] == [c.cell_type for c in original.cells]
-    assert all(not c.get("outputs") and c.get("execution_count") is None for c in student.cells if c.cell_type == "code")
+    code = [c for c in student.cells if c.cell_type == "code"]
+    assert all(not c.get("outputs") and c.get("execution_count") is None for c in code)
     text = "\n".join(c.source for c in student.cells)
     solutions = [c for c in original.cells if "solution" in tags(c)]
     assert solutions

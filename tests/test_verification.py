@@ -3,11 +3,11 @@ import itertools
 
 import pytest
 import torch
+from stats import tv_bound
 
 import specdec_lib.verification as Vf
 from specdec_lib.chain import sequence_tv
 from specdec_lib.sampling import accept_ratio, sample_from, sample_rows
-from stats import tv_bound
 
 V, K = 4, 2
 

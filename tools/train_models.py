@@ -19,6 +19,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from specdec_lib import models
 
@@ -51,7 +52,8 @@ def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: flo
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     data_iter = batches(data, batch, SEQ, torch.Generator().manual_seed(SEED + 10 * seed))
     t0 = time.perf_counter()
-    for step in range(steps):
+    bar = tqdm(range(steps), desc=f"{name:>6}", unit="step")
+    for step in bar:
         x, y = next(data_iter)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
@@ -59,9 +61,10 @@ def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: flo
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step % max(1, steps // 10) == 0 or step == steps - 1:
-            print(f"{name:>6} step {step:4d}/{steps}  loss {loss.item():.3f} nats/byte  {time.perf_counter() - t0:6.1f}s",
-                  flush=True)
+        if step % max(1, steps // 10) == 0 or step == steps - 1:  # a line in the log beside the bar
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            tqdm.write(f"{name:>6} step {step:4d}/{steps}  loss {loss.item():.3f} nats/byte  "
+                       f"{time.perf_counter() - t0:6.1f}s")
     model.eval()
     with torch.no_grad():
         x, y = next(batches(heldout, 16, SEQ, torch.Generator().manual_seed(SEED)))

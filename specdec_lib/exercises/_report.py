@@ -90,7 +90,8 @@ def _law_verdict(report: Report, what: str, freq: torch.Tensor, law: torch.Tenso
     if tv <= bound:
         return True
     msg = f"{what}: wrong distribution, TV {tv:.4f} from the exact law with {n:,} samples (noise bound {bound:.4f})"
-    hits = [text for wrong_law, text in mistakes.values() if _tv(freq, wrong_law) <= tv_noise_bound(wrong_law, n, delta)]
+    hits = [text for wrong_law, text in mistakes.values()
+            if _tv(freq, wrong_law) <= tv_noise_bound(wrong_law, n, delta)]
     report.fail(msg + (". It matches a known mistake: " + "; ".join(hits) if hits else ""))
     return False
 

@@ -9,7 +9,7 @@ from ..chain import exact_sequence_distribution, reference_chain
 from ..exact import exact_decoder_distribution
 from ..failures import MODES
 from ..noise import tv_noise_bound, tv_noise_mean
-from ._report import DELTA, Report, _Stop, _call, _run, _fmt, _tv, _law_verdict, _residual_ref
+from ._report import DELTA, Report, _call, _fmt, _law_verdict, _residual_ref, _run, _Stop, _tv
 
 
 def _block() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -5,7 +5,7 @@ import torch
 
 from ..accounting import expected_accepted, expected_tokens
 from ..cost import best_k, speedup
-from ._report import Report, _Stop, _call, _run, _number
+from ._report import Report, _call, _number, _run, _Stop
 
 
 class _CostV:
@@ -55,7 +55,7 @@ def check_speedup(speedup_fn, *, raise_on_failure: bool = True, verbose: bool = 
 
 
 def check_best_k(best_k_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
-    """Exercise 4.2: best_k(alpha, c_d, c_v, k_max) -> the k in 0..k_max with the largest S(k), ties to the smaller k."""
+    """Exercise 4.2: best_k(alpha, c_d, c_v, k_max) -> the k in 0..k_max with the largest S(k), ties to the smallest."""
     def body(fn, report):
         cases = [(0.9, 0.15, (1.0, 0.05), 32), (0.7, 0.15, (1.0, 0.05), 32), (0.5, 0.15, (1.0, 0.5), 32),
                  (0.99, 0.01, (1.0, 0.01), 5), (0.0, 0.0, (1.0, 0.0), 4)]

@@ -5,9 +5,7 @@ import math
 
 import torch
 
-from ._report import DELTA, Report, _Stop, _call, _run, _fmt, _tensor, _law_verdict, _residual_ref
-
-
+from ._report import DELTA, Report, _call, _fmt, _law_verdict, _residual_ref, _run, _Stop, _tensor
 
 
 def _post_pair() -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,7 +92,8 @@ def check_acceptance_probability(acceptance_probability, *, raise_on_failure: bo
         if bad.any():
             i = int(bad.nonzero()[0])
             kind = "NaN" if torch.isnan(a[i]) else "inf" if torch.isinf(a[i]) else f"{a[i].item():.4g}"
-            raise _Stop(f"{kind} for log p = {lp[i].item():g}, log q = {lq[i].item():g} (expected {want[i].item():.4g}):"
+            raise _Stop(f"{kind} for log p = {lp[i].item():g}, log q = {lq[i].item():g} "
+                        f"(expected {want[i].item():.4g}):"
                         " exp() underflows to 0 there, so p/q becomes 0/0 or x/0. Stay in log space: "
                         "exp(min(0, log p - log q))")
         lp, lq, a = run([-100.0, -120.0], [-120.0, -100.0], torch.float32)
@@ -117,7 +116,8 @@ def check_speculative_sample(speculative_sample, *, raise_on_failure: bool = Tru
     def body(fn, report):
         p0, q0 = _post_pair()
         cases = [("the post's pair", p0, q0),
-                 ("p = [0.5, 0.5, 0], q = [0.2, 0.3, 0.5]", torch.tensor([0.5, 0.5, 0.0]), torch.tensor([0.2, 0.3, 0.5])),
+                 ("p = [0.5, 0.5, 0], q = [0.2, 0.3, 0.5]", torch.tensor([0.5, 0.5, 0.0]),
+                  torch.tensor([0.2, 0.3, 0.5])),
                  ("p == q", p0, p0.clone())]
         out = [_call(fn, p0, q0, 50, torch.Generator().manual_seed(s), on="the post's pair, n = 50") for s in (3, 3)]
         x = _tensor(out[0], "speculative_sample", (50,))

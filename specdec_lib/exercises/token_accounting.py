@@ -6,9 +6,7 @@ import math
 import torch
 
 from ..accounting import expected_accepted, expected_tokens, survivor_statistics
-from ._report import Report, _Stop, _call, _run, _fmt, _number
-
-
+from ._report import Report, _call, _fmt, _number, _run, _Stop
 
 
 def check_expected_tokens(expected_tokens_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
@@ -42,7 +40,7 @@ def check_expected_tokens(expected_tokens_fn, *, raise_on_failure: bool = True, 
 
 def check_conditional_acceptance(conditional_acceptance, *, raise_on_failure: bool = True,
                                  verbose: bool = True) -> Report:
-    """Exercise 3.2: conditional_acceptance(accepts bool (n, k)) -> [P(flag j | flags 1..j-1 all true)], 0.0 if unreached."""
+    """Exercise 3.2: conditional_acceptance(accepts bool (n, k)) -> [P(flag j | flags 1..j-1)], 0.0 if unreached."""
     from ..accounting import simulate_mixture
 
     def body(fn, report):

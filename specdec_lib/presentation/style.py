@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import matplotlib
-
 from matplotlib.figure import Figure
 
 DPI = 110  # also the dpi of `make figures`

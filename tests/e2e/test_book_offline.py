@@ -13,9 +13,8 @@ import subprocess
 import sys
 import time
 
-import pytest
 import nbformat
-
+import pytest
 from e2e_support import NOTEBOOKS, ROOT, record_timing, save_screenshot, shows_widgets
 
 pytestmark = pytest.mark.e2e

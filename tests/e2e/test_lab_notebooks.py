@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from e2e_support import NOTEBOOKS, record_timing, save_screenshot, shows_widgets
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +49,8 @@ def readout(handle) -> str:
     """The value a slider shows next to its track (aria-valuenow is rounded to one decimal)."""
     return handle.evaluate("""h => {
       const r = h.closest('.widget-slider').querySelector('.widget-readout');
-      return r ? (r.value !== undefined && r.value !== '' ? r.value : r.textContent).trim() : h.getAttribute('aria-valuetext');
+      return r ? (r.value !== undefined && r.value !== '' ? r.value : r.textContent).trim()
+               : h.getAttribute('aria-valuetext');
     }""")
 
 

@@ -24,15 +24,15 @@ import base64
 import hashlib
 import html
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from pathlib import Path
+
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -52,7 +52,7 @@ NPM_PACKAGES = {
 
 
 def log(msg: str) -> None:
-    print(f"book: {msg}", flush=True)
+    tqdm.write(f"book: {msg}")  # above the progress bar, if one is showing
 
 
 def tarball_name(spec: str) -> str:
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     packages = fetch_npm_packages()
 
     executed = []
-    for src in sources:
+    for src in tqdm(sources, desc="book: executing", unit="notebook", disable=args.no_execute):
         if args.no_execute:
             executed.append(src)
             continue
