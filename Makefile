@@ -10,7 +10,7 @@
 #   make test-student  make student's copies run top to bottom, failing only in exercise checks (slow, minutes)
 #   make lab         JupyterLab on notebooks/, bound to 127.0.0.1, token auth (random token unless JUPYTER_TOKEN is set)
 #   make notebooks   execute every notebooks/*.ipynb top to bottom in a fresh kernel, in place
-#   make figures     python -m specdec_lib.figures figures/ (skipped while the module does not exist)
+#   make figures     python -m specdec_lib.presentation figures/ (every registered figure as a PNG)
 #   make bench       time batched decode_markov against a per-sample loop (benchmarks/bench_markov.py)
 #   make models      train the lab's target and draft on the stdlib's source (tools/train_models.py; ~12 min on 2 cores)
 #   make measure     the cost equation against the clock on the trained pair (~2 min; MEASURE_ARGS="--help")
@@ -142,12 +142,9 @@ notebooks: $(STAMP)
 	done
 
 figures: $(STAMP)
-	@if [ ! -f specdec_lib/figures.py ] && [ ! -f specdec_lib/figures/__main__.py ]; then
-	  echo "figures: specdec_lib.figures does not exist yet, skipped"; exit 0
-	fi
-	mkdir -p figures
-	echo "+ $(VPY) -m specdec_lib.figures figures/"
-	$(VPY) -m specdec_lib.figures figures/
+	@mkdir -p figures
+	echo "+ $(VPY) -m specdec_lib.presentation figures/"
+	$(VPY) -m specdec_lib.presentation figures/
 
 bench: $(STAMP)
 	$(VPY) benchmarks/bench_markov.py

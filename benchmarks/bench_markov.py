@@ -45,11 +45,11 @@ def loop_decode(P, Q, start: int, horizon: int, k: int, generator: torch.Generat
 def time_batched(ch, M: int, k: int, repeats: int) -> float:
     """Median seconds of decode_markov for M sequences."""
     g = torch.Generator().manual_seed(0)
-    sd.decode_markov(ch.P, ch.Q, ch.start, ch.horizon, k, min(M, 1000), generator=g)  # warm-up
+    sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, n=min(M, 1000), generator=g)  # warm-up
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        sd.decode_markov(ch.P, ch.Q, ch.start, ch.horizon, k, M, generator=g)
+        sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, n=M, generator=g)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -76,7 +76,7 @@ def main() -> None:
     t_batched = time_batched(ch, args.M, args.k, args.repeats)
     t_loop, loop_samples = time_loop(ch, args.M, args.k)
     g = torch.Generator().manual_seed(2)
-    batched_samples = sd.decode_markov(ch.P, ch.Q, ch.start, ch.horizon, args.k, args.M, generator=g)
+    batched_samples = sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=args.k, n=args.M, generator=g)
     t_big = time_batched(ch, args.big, args.k, max(3, args.repeats // 2))
 
     print(f"reference chain V=5, horizon {ch.horizon}, k = {args.k}, one thread, torch {torch.__version__}")

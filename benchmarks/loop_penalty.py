@@ -21,7 +21,7 @@ import time
 import torch
 
 import specdec_lib as sd
-from specdec_lib.generation import _prefill, decode_step, draft_block, generate_plain, verify_round
+from specdec_lib.lab.generation import decode_step, draft_block, generate_plain, prefill, verify_round
 
 med = statistics.median
 
@@ -31,7 +31,7 @@ def step_after(target, draft, prompts, policy, cycles: int = 60) -> dict[str, fl
     """Median over cycles of (plain loop's step) / (T_1 in a row) and / (T_1 right after a draft phase)."""
     context = torch.cat([prompts[0], generate_plain(target, prompts[0], 32)])
     L, last = context.numel(), context[-1:]
-    t_cache, d_cache = _prefill(target, context), _prefill(draft, context)
+    t_cache, d_cache = prefill(target, context), prefill(draft, context)
     in_row, after_draft = [], []
     for c in range(cycles):
         row, after = [], []
@@ -65,7 +65,7 @@ def first_and_again(target, draft, prompts, k: int, policy, n_new: int = 64, rep
             L = prompt.numel()
             seq = prompt.new_empty(L + n_new + k + 1)
             seq[:L] = prompt
-            t_cache, d_cache = _prefill(target, prompt), _prefill(draft, prompt)
+            t_cache, d_cache = prefill(target, prompt), prefill(draft, prompt)
             n = L
             while n < L + n_new:
                 d_len = d_cache.length

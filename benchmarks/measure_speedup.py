@@ -44,7 +44,7 @@ def main() -> None:
     prompts = [p.to(args.device) for p in sd.corpus_prompts(args.prompts, args.prompt_len, seed=0)]
     name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
     print(f"device {args.device} ({name}), {torch.get_num_threads()} thread(s), torch {torch.__version__}; "
-          f"target {sd.models.n_params(target):,} parameters, draft {sd.models.n_params(draft):,}")
+          f"target {sd.n_params(target):,} parameters, draft {sd.n_params(draft):,}")
     print(f"{args.prompts} held-out prompts x {args.n_new} new tokens, "
           f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature}, top_k {args.top_k}'}; "
           f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -1,46 +1,53 @@
-"""specdec_lib: the library under the specdec course, laid out in the course's order.
+"""specdec_lib: the library under the specdec course, in layers that only import downwards.
 
-Act I   sampling, policy      one speculative step; temperature, top-k, top-p
-Act II  verification, chain,  a block of k proposals; the reference Markov chain;
-        decoders, transformer the five decoders; the block-versus-incremental alignment test
-Act III accounting            tokens retired per block; survivor statistics; the Bayes curve
-Act IV  cost, telemetry       the speedup equation and best k; what to log
-Lab     models, generation,   a trained transformer pair with rollback KV caches; the equation against the clock
-        measure
+core (this folder, torch only)   _checks, sampling, policy, noise, verification, accounting, cost, telemetry
+  Act I    sampling, policy       one speculative step; temperature, top-k, top-p
+  Act II   verification, noise    a block of k proposals verified; how far exact samples land by chance
+  Act III  accounting             tokens retired per block; survivor statistics; the Bayes curve
+  Act IV   cost, telemetry        the speedup equation and best k; what to log
+markov/  (imports core)           Act II's testbed: the chain, the decoder spec and registry, the reference
+                                  decoder, the batched decoder, the exact engine
+lab/     (imports core)           a causal transformer with a croppable KV cache, the alignment test, a trained
+                                  pair, generation, the cost equation against the clock
+presentation/, exercises/         figures and sliders; the workshop's checkers (import them explicitly:
+                                  `import specdec_lib.exercises`); nothing in the layers above imports them
 """
 from .accounting import (BayesCurve, SurvivorStats, bayes_conditional_acceptance, expected_accepted,
                          expected_tokens, full_block_probability, reach_probabilities, simulate_blocks,
                          simulate_mixture, survivor_statistics)
-from .chain import (ReferenceChain, direct_sample, empirical_sequences, exact_sequence_distribution,
-                    random_table, reference_chain, sequence_tv)
 from .cost import BestK, best_k, speedup, speedup_grid
-from .decoders import DECODER_MODES, decode_markov
-from .exact import exact_decoder_distribution
-from .failures import DecoderSpec, FailureMode, check_q_contract, failure_modes
-from .generation import exact_continuations, generate_plain, generate_speculative
-from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
-from .models import CachedLM, KVCache, LMConfig, corpus_prompts, load_pair
+from .lab.alignment import AlignmentReport, alignment_tv, block_scores, check_alignment, incremental_scores
+from .lab.corpus import corpus_prompts
+from .lab.generation import exact_continuations, generate_plain, generate_speculative
+from .lab.measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
+from .lab.transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
+from .lab.weights import load_pair
+from .markov.batched import DECODER_MODES, decode_markov
+from .markov.chain import (ReferenceChain, direct_sample, empirical_sequences, exact_sequence_distribution,
+                           random_table, reference_chain, sequence_tv)
+from .markov.exact import exact_decoder_distribution
+from .markov.q_contract import check_q_contract
+from .markov.reference import decode_reference
+from .markov.registry import FailureMode, failure_modes
+from .markov.spec import DecoderSpec
 from .noise import rate_noise, tv_noise_bound, tv_noise_mean
 from .policy import apply_policy, greedy_token, policy_table
-from .sampling import (SAMPLER_MODES, acceptance_probability, empirical, overlap, residual, sample_from,
-                       sample_rows, speculative_sample, total_variation)
+from .sampling import (SAMPLER_MODES, acceptance_probability, empirical, overlap, post_pair, residual,
+                       sample_from, sample_rows, speculative_sample, total_variation)
 from .telemetry import SpecDecodeLog, SpecDecodeSummary, accepted_counts, emitted_until_eos
-from .transformer import (AlignmentReport, TinyCausalLM, alignment_tv, block_scores, check_alignment,
-                          incremental_scores)
 from .verification import Verdict, verify_block, verify_blocks, verify_greedy
-from . import exercises  # noqa: F401  (the checkers: sd.exercises.check_residual(residual), ...)
 
 __version__ = "0.1.0"
 
 __all__ = [
     # Act I
     "residual", "acceptance_probability", "speculative_sample", "total_variation", "overlap", "empirical",
-    "sample_from", "sample_rows", "SAMPLER_MODES", "apply_policy", "greedy_token", "policy_table",
+    "sample_from", "sample_rows", "post_pair", "SAMPLER_MODES", "apply_policy", "greedy_token", "policy_table",
     "tv_noise_bound", "tv_noise_mean", "rate_noise",
     # Act II
     "Verdict", "verify_block", "verify_blocks", "verify_greedy", "ReferenceChain", "reference_chain",
     "random_table", "exact_sequence_distribution", "direct_sample", "empirical_sequences", "sequence_tv",
-    "decode_markov", "DECODER_MODES", "exact_decoder_distribution", "failure_modes", "FailureMode",
+    "decode_markov", "decode_reference", "DECODER_MODES", "exact_decoder_distribution", "failure_modes", "FailureMode",
     "DecoderSpec", "check_q_contract", "TinyCausalLM", "incremental_scores", "block_scores", "check_alignment",
     "AlignmentReport", "alignment_tv",
     # Act III
@@ -50,6 +57,6 @@ __all__ = [
     "speedup", "speedup_grid", "best_k", "BestK", "SpecDecodeLog", "SpecDecodeSummary", "accepted_counts",
     "emitted_until_eos",
     # Lab: measure it
-    "CachedLM", "KVCache", "LMConfig", "load_pair", "corpus_prompts", "generate_plain", "generate_speculative",
-    "exact_continuations", "time_terms", "time_catch_up", "measure_speedup", "SpeedupTable",
+    "CachedLM", "KVCache", "LMConfig", "n_params", "load_pair", "corpus_prompts", "generate_plain",
+    "generate_speculative", "exact_continuations", "time_terms", "time_catch_up", "measure_speedup", "SpeedupTable",
 ]

@@ -103,3 +103,42 @@ def check_generator(generator) -> torch.Generator | None:
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     return generator
+
+
+def check_token_ids(name: str, x, vocab: int, *, dims: int | None = None, allow_empty: bool = True,
+                    long_only: bool = False) -> torch.Tensor:
+    """The one token-id validator: x as a LongTensor of ids in [0, vocab).
+
+    An int becomes a 0-d tensor and any integer tensor is cast to int64, unless long_only (a model's input,
+    which must already be a LongTensor). dims, when given, is the required number of dimensions.
+    """
+    if long_only and not (isinstance(x, torch.Tensor) and x.dtype == torch.long):
+        got = f"dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"{name} must be a LongTensor (dtype torch.int64), got {got}")
+    if isinstance(x, bool) or (isinstance(x, torch.Tensor) and x.dtype == torch.bool):
+        raise TypeError(f"{name} must be a token id (int) or an integer tensor, got bool")
+    if isinstance(x, int):
+        x = torch.tensor(x)
+    if not isinstance(x, torch.Tensor) or x.is_floating_point() or x.is_complex():
+        got = f"dtype {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"{name} must be a token id (int) or an integer tensor, got {got}")
+    if dims is not None and x.dim() != dims:
+        want = "1-D" if dims == 1 else f"{dims}-D" + (" (B, T)" if dims == 2 else "")
+        raise ValueError(f"{name} must be {want}, got shape {tuple(x.shape)}")
+    if not allow_empty and x.numel() == 0:
+        raise ValueError(f"{name} must be non-empty")
+    x = x.long()
+    if x.numel() and (int(x.min()) < 0 or int(x.max()) >= vocab):
+        raise ValueError(f"{name} must hold token ids in [0, {vocab}), got values in [{int(x.min())}, {int(x.max())}]")
+    return x
+
+
+def check_numbers(name: str, x) -> list:
+    """Return a non-empty sequence or 1-D tensor as a list, or raise naming the argument."""
+    if isinstance(x, torch.Tensor) and x.dim() == 1:
+        x = x.tolist()
+    if not isinstance(x, Sequence) or isinstance(x, str):
+        raise TypeError(f"{name} must be a sequence of numbers, got {type(x).__name__}")
+    if len(x) == 0:
+        raise ValueError(f"{name} must be non-empty")
+    return list(x)

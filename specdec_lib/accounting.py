@@ -6,13 +6,12 @@ P(A >= j) = prod_{i<=j} alpha_i, E[A] = sum_j P(A >= j) and E[N] = 1 + E[A].
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 import torch
 
-from ._checks import SUM_TOL, check_alpha, check_generator, check_int, check_real
+from ._checks import SUM_TOL, check_alpha, check_generator, check_int, check_numbers, check_real
 
 _ROW_LABEL = 34  # width of the row labels in the printed tables
 _CELL = 9  # width of one position's column
@@ -60,22 +59,11 @@ def simulate_blocks(alpha, k: int, n: int, generator: torch.Generator | None = N
     return accept.long().cumprod(dim=1).sum(dim=1)  # (n,) length of the accepted prefix
 
 
-def _as_floats(name: str, x) -> list:
-    """Return a non-empty sequence or 1-D tensor as a list, or raise naming the argument."""
-    if isinstance(x, torch.Tensor) and x.dim() == 1:
-        x = x.tolist()
-    if not isinstance(x, Sequence) or isinstance(x, str):
-        raise TypeError(f"{name} must be a sequence of numbers, got {type(x).__name__}")
-    if len(x) == 0:
-        raise ValueError(f"{name} must be non-empty")
-    return list(x)
-
-
 def _check_mixture(betas, weights) -> tuple[list[float], list[float]]:
     """Validate a difficulty mixture: betas in [0, 1], weights >= 0 summing to 1, same length."""
-    betas = [check_real(f"betas[{i}]", b, low=0.0, high=1.0) for i, b in enumerate(_as_floats("betas", betas))]
+    betas = [check_real(f"betas[{i}]", b, low=0.0, high=1.0) for i, b in enumerate(check_numbers("betas", betas))]
     weights = [check_real(f"weights[{i}]", w, low=0.0, high=math.inf, high_open=True)
-               for i, w in enumerate(_as_floats("weights", weights))]
+               for i, w in enumerate(check_numbers("weights", weights))]
     if len(betas) != len(weights):
         raise ValueError(f"betas and weights must have the same length, got {len(betas)} and {len(weights)}")
     if abs(sum(weights) - 1.0) > SUM_TOL:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_alpha, check_int, check_real
-from .accounting import _as_floats, expected_tokens
+from ._checks import check_alpha, check_int, check_numbers, check_real
+from .accounting import expected_tokens
 
 CostV = float | Callable[[int], float]  # c_v: a number, or a function of the draft length k
 
@@ -43,8 +43,8 @@ def speedup(alpha, c_d: float, k: int, c_v: CostV, overhead: float = 0.0) -> flo
 
 def speedup_grid(alphas, c_ds, k: int, c_v: CostV, overhead: float = 0.0) -> torch.Tensor:
     """S(k) over a grid: float64 tensor (len(alphas), len(c_ds)), rows alpha, columns c_d."""
-    alphas = [check_real(f"alphas[{i}]", a, low=0.0, high=1.0) for i, a in enumerate(_as_floats("alphas", alphas))]
-    c_ds = [_nonneg(f"c_ds[{i}]", c) for i, c in enumerate(_as_floats("c_ds", c_ds))]
+    alphas = [check_real(f"alphas[{i}]", a, low=0.0, high=1.0) for i, a in enumerate(check_numbers("alphas", alphas))]
+    c_ds = [_nonneg(f"c_ds[{i}]", c) for i, c in enumerate(check_numbers("c_ds", c_ds))]
     k = check_int("k", k, minimum=0)
     overhead = _nonneg("overhead", overhead)
     if k == 0:
@@ -63,7 +63,7 @@ class BestK:
     speedups: list[float]
 
 
-def best_k(alpha, c_d: float, c_v: CostV, k_max: int, overhead: float = 0.0) -> BestK:
+def best_k(alpha, c_d: float, c_v: CostV, *, k_max: int = 32, overhead: float = 0.0) -> BestK:
     """Largest S(k) over k = 0..k_max, ties to the smaller k; alpha: a number or >= k_max rates (k uses the first k)."""
     k_max = check_int("k_max", k_max, minimum=0)
     if isinstance(alpha, torch.Tensor) and alpha.dim() == 1:

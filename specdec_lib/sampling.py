@@ -3,7 +3,15 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_choice, check_distribution, check_generator, check_int, check_same_shape, check_tensor
+from ._checks import (
+    check_choice,
+    check_distribution,
+    check_generator,
+    check_int,
+    check_same_shape,
+    check_tensor,
+    check_token_ids,
+)
 
 # Single-position samplers: the honest one and the negative controls a test must reject.
 SAMPLER_MODES = {
@@ -47,20 +55,6 @@ def accept_ratio(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
     return torch.exp(torch.clamp(torch.log(p_x) - torch.log(q_x), max=0.0))
 
 
-def _check_tokens(name: str, x, vocab: int) -> torch.Tensor:
-    """Return x as a LongTensor of token ids in [0, vocab)."""
-    if isinstance(x, bool):
-        raise TypeError(f"{name} must be a token id (int) or an integer tensor, got bool")
-    if isinstance(x, int):
-        x = torch.tensor(x)
-    if not isinstance(x, torch.Tensor) or x.is_floating_point() or x.dtype == torch.bool:
-        raise TypeError(f"{name} must be a token id (int) or an integer tensor, got {type(x).__name__}")
-    x = x.long()
-    if x.numel() and (x.min() < 0 or x.max() >= vocab):
-        raise ValueError(f"{name} must hold token ids in [0, {vocab}), got values in [{int(x.min())}, {int(x.max())}]")
-    return x
-
-
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor, x) -> torch.Tensor:
     """Probability min(1, p(x)/q(x)) of keeping proposal x ~ q, computed in log space; x an int or a tensor of ids."""
     p = check_distribution("p", p)
@@ -68,7 +62,7 @@ def acceptance_probability(p: torch.Tensor, q: torch.Tensor, x) -> torch.Tensor:
     check_same_shape("p", p, "q", q)
     if p.dim() != 1:
         raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
-    x = _check_tokens("x", x, p.shape[-1])
+    x = check_token_ids("x", x, p.shape[-1])
     q_x = q[x]
     if (q_x <= 0).any():
         raise ValueError("q(x) must be > 0 at every proposed token x: a draft cannot propose a token it gives no mass")
@@ -100,7 +94,7 @@ def speculative_sample(p: torch.Tensor, q: torch.Tensor, n: int, generator: torc
 
 def empirical(samples: torch.Tensor, vocab: int) -> torch.Tensor:
     """Empirical distribution (vocab,) of a 1-D tensor of token ids."""
-    samples = _check_tokens("samples", samples, vocab)
+    samples = check_token_ids("samples", samples, vocab)
     if samples.dim() != 1 or samples.numel() == 0:
         raise ValueError(f"samples must be a non-empty 1-D tensor of token ids, got shape {tuple(samples.shape)}")
     return torch.bincount(samples, minlength=vocab).double() / samples.numel()
@@ -122,3 +116,14 @@ def overlap(p: torch.Tensor, q: torch.Tensor) -> float:
     if p.dim() != 1:
         raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
     return torch.minimum(p.double(), q.double()).sum().item()
+
+
+def post_pair() -> tuple[torch.Tensor, torch.Tensor]:
+    """The post's five-token target p and draft q: softmax(1.4 randn(5)) twice, p first, from one generator seeded 0.
+
+    p = 0.7333 0.0562 0.0040 0.1879 0.0186; the shared mass sum min(p, q) is 0.1623.
+    """
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(5, generator=g) * 1.4, dim=0)
+    q = torch.softmax(torch.randn(5, generator=g) * 1.4, dim=0)
+    return p, q

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_distribution, check_generator
-from .sampling import _check_tokens, accept_ratio, residual_weights, sample_rows
+from ._checks import check_distribution, check_generator, check_token_ids
+from .sampling import accept_ratio, residual_weights, sample_rows
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def _check_block(p_rows, q_rows, proposals, *, batched: bool):
     if p_rows.shape[-2] != k + 1 or p_rows.shape[-1] != q_rows.shape[-1] or p_rows.shape[:lead] != q_rows.shape[:lead]:
         raise ValueError(f"p_rows must hold k+1 rows for the k = {k} rows of q_rows (one per proposal plus the bonus) "
                          f"over the same vocabulary; got {tuple(p_rows.shape)} and {tuple(q_rows.shape)}")
-    proposals = _check_tokens("proposals", proposals, p_rows.shape[-1])
+    proposals = check_token_ids("proposals", proposals, p_rows.shape[-1])
     if tuple(proposals.shape) != tuple(q_rows.shape[:-1]):
         raise ValueError(f"proposals must have shape {tuple(q_rows.shape[:-1])} (one token per q row), "
                          f"got {tuple(proposals.shape)}")
@@ -99,7 +99,7 @@ def verify_greedy(p_rows: torch.Tensor, proposals: torch.Tensor) -> Verdict:
     p_rows = check_distribution("p_rows", p_rows, min_dim=2)
     if p_rows.dim() != 2:
         raise ValueError(f"p_rows must have shape (k+1, V), got {tuple(p_rows.shape)}")
-    proposals = _check_tokens("proposals", proposals, p_rows.shape[-1])
+    proposals = check_token_ids("proposals", proposals, p_rows.shape[-1])
     if proposals.dim() != 1 or proposals.shape[0] != p_rows.shape[0] - 1:
         raise ValueError(f"proposals must have shape ({p_rows.shape[0] - 1},): one fewer than the rows of p_rows, "
                          f"got {tuple(proposals.shape)}")

@@ -5,7 +5,7 @@ import pytest
 import torch
 from stats import rate_bound, tv_bound
 
-import specdec_lib.chain as C
+import specdec_lib.markov.chain as C
 from specdec_lib.sampling import overlap
 
 CH = C.reference_chain()

@@ -140,7 +140,7 @@ def test_best_k_per_position_alpha_uses_a_prefix():
     # by hand: k = 2 gives (1 + 0.95 + 0.855) / 1.2 = 2.3375, k = 3 gives 2.976 / 1.3 = 2.289:
     # the collapse at position 3 makes longer blocks pay for proposals that are rarely reached
     assert res.k == 2 and res.speedup == pytest.approx(2.3375, rel=1e-12)
-    assert best_k(torch.tensor(alpha), 0.1, 1.0, 4).k == 2
+    assert best_k(torch.tensor(alpha), 0.1, 1.0, k_max=4).k == 2
 
 
 def test_best_k_bad_arguments():

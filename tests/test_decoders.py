@@ -3,8 +3,8 @@ import pytest
 import torch
 from stats import tv_bound
 
-import specdec_lib.decoders as D
-from specdec_lib.chain import exact_sequence_distribution, reference_chain, sequence_tv
+import specdec_lib.markov.batched as D
+from specdec_lib.markov.chain import exact_sequence_distribution, reference_chain, sequence_tv
 
 CH = reference_chain()
 ORIGINAL_RESIDUAL_TABLE = D.residual_table
@@ -15,7 +15,8 @@ BOUND = tv_bound(EXACT, N)  # about 0.013 at N = 200,000 over 125 sequences
 
 def decode(mode="correct", k=4, n=N, seed=0, horizon=CH.horizon, **kw):
     g = torch.Generator().manual_seed(seed)
-    return D.decode_markov(CH.P, CH.Q, CH.start, horizon, k, n, mode, g, Q_bad=CH.Q_bad, **kw)
+    return D.decode_markov(CH.P, CH.Q, start=CH.start, horizon=horizon, k=k, n=n, mode=mode, generator=g,
+                           Q_bad=CH.Q_bad, **kw)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
@@ -128,7 +129,7 @@ def test_generator_reproducible_and_streams_differ():
 def test_long_horizon_and_bigger_vocab_shapes():
     ch = reference_chain(vocab=7)
     g = torch.Generator().manual_seed(0)
-    s = D.decode_markov(ch.P, ch.Q, 3, 9, 3, 1000, generator=g)
+    s = D.decode_markov(ch.P, ch.Q, start=3, horizon=9, k=3, n=1000, generator=g)
     assert s.shape == (1000, 9) and s.min() >= 0 and s.max() < 7
 
 

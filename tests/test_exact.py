@@ -4,7 +4,7 @@ import torch
 from stats import tv_bound
 
 import specdec_lib as sd
-from specdec_lib.exact import exact_decoder_distribution
+from specdec_lib.markov.exact import exact_decoder_distribution
 
 CH = sd.reference_chain()
 
@@ -18,7 +18,7 @@ def tv(a, b):
 def test_exact_modes_equal_target(horizon, k):
     target = sd.exact_sequence_distribution(CH.P, 0, horizon)
     for mode in ("correct", "bad_draft"):
-        got = exact_decoder_distribution(CH.P, CH.Q, 0, horizon, k, mode, Q_bad=CH.Q_bad)
+        got = exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=horizon, k=k, mode=mode, Q_bad=CH.Q_bad)
         assert got.shape == target.shape and got.dtype == torch.float64
         assert (got - target).abs().max().item() < 1e-12
 
@@ -29,7 +29,7 @@ def test_exact_engine_on_adversarial_tables():
     Q = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.3, 0.3, 0.4]], dtype=torch.float64)
     target = sd.exact_sequence_distribution(P, 1, 4)
     for k in range(5):
-        assert tv(exact_decoder_distribution(P, Q, 1, 4, k), target) < 1e-12
+        assert tv(exact_decoder_distribution(P, Q, start=1, horizon=4, k=k), target) < 1e-12
 
 
 def brute_force_one_round(P, Q, start, mode):
@@ -65,7 +65,7 @@ def test_exact_engine_against_hand_enumeration(mode):
     P = CH.P.double() / CH.P.double().sum(-1, keepdim=True)
     Q = CH.Q.double() / CH.Q.double().sum(-1, keepdim=True)
     want = brute_force_one_round(P, Q, 0, mode)
-    got = exact_decoder_distribution(P, Q, 0, 2, 1, mode)
+    got = exact_decoder_distribution(P, Q, start=0, horizon=2, k=1, mode=mode)
     assert (got - want).abs().max().item() < 1e-12
 
 
@@ -74,15 +74,15 @@ N = 200_000
 
 @pytest.mark.parametrize("mode", list(sd.DECODER_MODES))
 def test_sampler_agrees_with_exact_engine(mode):
-    exact = exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, mode, Q_bad=CH.Q_bad)
+    exact = exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=3, k=4, mode=mode, Q_bad=CH.Q_bad)
     g = torch.Generator().manual_seed(21)
-    samples = sd.decode_markov(CH.P, CH.Q, 0, 3, 4, N, mode, g, Q_bad=CH.Q_bad)
+    samples = sd.decode_markov(CH.P, CH.Q, start=0, horizon=3, k=4, n=N, mode=mode, generator=g, Q_bad=CH.Q_bad)
     assert sd.sequence_tv(samples, exact) < tv_bound(exact, N)
 
 
 def test_broken_modes_have_true_tv():
     target = sd.exact_sequence_distribution(CH.P, 0, 3)
-    tvs = {m: tv(exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, m, Q_bad=CH.Q_bad), target)
+    tvs = {m: tv(exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=3, k=4, mode=m, Q_bad=CH.Q_bad), target)
            for m in sd.DECODER_MODES}
     assert tvs["correct"] < 1e-12 and tvs["bad_draft"] < 1e-12
     assert round(tvs["mismatched_q"], 3) == 0.279
@@ -91,19 +91,19 @@ def test_broken_modes_have_true_tv():
 
 
 def test_negative_control_a_sampler_with_another_mode_fails():
-    exact = exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, "phantom_history")
+    exact = exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=3, k=4, mode="phantom_history")
     g = torch.Generator().manual_seed(22)
-    samples = sd.decode_markov(CH.P, CH.Q, 0, 3, 4, N, "correct", g)
+    samples = sd.decode_markov(CH.P, CH.Q, start=0, horizon=3, k=4, n=N, mode="correct", generator=g)
     assert sd.sequence_tv(samples, exact) > tv_bound(exact, N)
 
 
 def test_exact_engine_validation():
     with pytest.raises(ValueError, match="mode must be one of"):
-        exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, "nope")
+        exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=3, k=4, mode="nope")
     with pytest.raises(ValueError, match="needs Q_bad"):
-        exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, "mismatched_q")
+        exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=3, k=4, mode="mismatched_q")
     with pytest.raises(ValueError, match="k must be >= 0"):
-        exact_decoder_distribution(CH.P, CH.Q, 0, 3, -1)
+        exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=3, k=-1)
 
 
 def test_greedy_exact_distribution_is_a_point_mass_on_the_greedy_path():
@@ -113,10 +113,11 @@ def test_greedy_exact_distribution_is_a_point_mass_on_the_greedy_path():
         path.append(cur)
     for mode in ("correct", "bad_draft"):
         for k in (0, 1, 4, 8):
-            d = exact_decoder_distribution(CH.P, CH.Q, 0, 4, k, mode, Q_bad=CH.Q_bad, temperature=0.0)
+            d = exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=4, k=k, mode=mode, Q_bad=CH.Q_bad,
+                                           temperature=0.0)
             assert d[tuple(path)].item() == 1.0 and d.sum().item() == 1.0
     # negative control: the off-by-one decoder under greedy puts its mass elsewhere
-    d = exact_decoder_distribution(CH.P, CH.Q, 0, 4, 4, "off_by_one", temperature=0.0)
+    d = exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=4, k=4, mode="off_by_one", temperature=0.0)
     assert d[tuple(path)].item() < 1.0
 
 
@@ -124,5 +125,5 @@ def test_policies_keep_the_decoder_exact_for_the_transformed_target():
     from specdec_lib.policy import policy_table
     for kw in (dict(temperature=0.5), dict(top_k=2), dict(top_p=0.8), dict(temperature=2.0, top_k=3)):
         target = sd.exact_sequence_distribution(policy_table(CH.P, **kw), 0, 3)
-        got = exact_decoder_distribution(CH.P, CH.Q, 0, 3, 4, **kw)
+        got = exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=3, k=4, **kw)
         assert (got - target).abs().max().item() < 1e-12, kw

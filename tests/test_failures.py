@@ -8,8 +8,10 @@ import torch
 from stats import rate_bound, tv_bound
 
 import specdec_lib as sd
-from specdec_lib.decoders import cdf_table, draw
-from specdec_lib.failures import MODES, DecoderSpec, FailureMode, check_q_contract, failure_modes, spec_tables
+from specdec_lib.markov.batched import cdf_table, draw
+from specdec_lib.markov.q_contract import check_q_contract
+from specdec_lib.markov.registry import MODES, FailureMode, failure_modes
+from specdec_lib.markov.spec import DecoderSpec, spec_tables
 from specdec_lib.telemetry import SpecDecodeLog, accepted_counts, emitted_until_eos
 
 CH = sd.reference_chain()
@@ -20,12 +22,14 @@ EXACT = [m.name for m in failure_modes() if m.exact]
 
 
 def law(mode, k=K, horizon=H, **kw):
-    return sd.exact_decoder_distribution(CH.P, CH.Q, CH.start, horizon, k, mode, Q_bad=CH.Q_bad, **kw)
+    return sd.exact_decoder_distribution(CH.P, CH.Q, start=CH.start, horizon=horizon, k=k, mode=mode, Q_bad=CH.Q_bad,
+                                         **kw)
 
 
 def samples(mode, n=N, seed=0, k=K, log=None, **kw):
     g = torch.Generator().manual_seed(seed)
-    return sd.decode_markov(CH.P, CH.Q, CH.start, H, k, n, mode, g, Q_bad=CH.Q_bad, log=log, **kw)
+    return sd.decode_markov(CH.P, CH.Q, start=CH.start, horizon=H, k=k, n=n, mode=mode, generator=g, Q_bad=CH.Q_bad,
+                            log=log, **kw)
 
 
 @functools.cache
@@ -121,8 +125,8 @@ def test_q_contract(mode, holds):
 def test_one_hot_draft_rule_equals_match_acceptance():
     Q1 = torch.nn.functional.one_hot(CH.Q.argmax(-1), 5).float()  # a greedy (or n-gram) draft
     for k in (1, 2, 4):
-        ratio_rule = sd.exact_decoder_distribution(CH.P, Q1, 0, 3, k)
-        match_rule = sd.exact_decoder_distribution(CH.P, Q1, 0, 3, k, "match_acceptance")
+        ratio_rule = sd.exact_decoder_distribution(CH.P, Q1, start=0, horizon=3, k=k)
+        match_rule = sd.exact_decoder_distribution(CH.P, Q1, start=0, horizon=3, k=k, mode="match_acceptance")
         assert (ratio_rule - match_rule).abs().max().item() < 1e-12
         assert (ratio_rule - sd.exact_sequence_distribution(CH.P, 0, 3)).abs().max().item() < 1e-12
 
@@ -136,7 +140,7 @@ def test_acceptance_of_a_sampled_draft(mode, other):
     # one proposal, horizon 1: every round is the first, and P(A >= 1) is the acceptance rate
     g = torch.Generator().manual_seed(8)
     log = SpecDecodeLog(k=1)
-    sd.decode_markov(CH.P, CH.Q, 0, 1, 1, N, mode, g, log=log)
+    sd.decode_markov(CH.P, CH.Q, start=0, horizon=1, k=1, n=N, mode=mode, generator=g, log=log)
     p, q = CH.P[0].double(), CH.Q[0].double()
     measured = log.summary().reach[0]
     assert abs(measured - RULES[mode](p, q)) < rate_bound(RULES[mode](p, q), N)

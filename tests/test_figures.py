@@ -5,7 +5,7 @@ import re
 import pytest
 from matplotlib.figure import Figure
 
-from specdec_lib import figures
+from specdec_lib.presentation import figure_files as figures
 
 NOTEBOOKS = sorted((pathlib.Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 

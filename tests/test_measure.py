@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import specdec_lib as sd
-from specdec_lib.generation import _prefill, decode_step, draft_block, verify_round
-from specdec_lib.measure import SpeedupTable, time_catch_up, time_terms
-from specdec_lib.models import CachedLM, LMConfig
+from specdec_lib.lab.generation import decode_step, draft_block, prefill, verify_round
+from specdec_lib.lab.measure import SpeedupTable, time_catch_up, time_terms
+from specdec_lib.lab.transformer import CachedLM, LMConfig
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_time_terms_leaves_the_models_as_it_found_them(tiny):
     T_1, D, V = time_terms(target, draft, context, [1, 4], reps=3, temperature=1.0)
     assert T_1 > 0 and len(D) == len(V) == 2 and min(D + V) > 0
     # the phases it times are the decoders' own, and they leave both caches where a round starts
-    t_cache, d_cache = _prefill(target, context), _prefill(draft, context)
+    t_cache, d_cache = prefill(target, context), prefill(draft, context)
     g = torch.Generator().manual_seed(0)
     policy = {"temperature": 1.0, "top_k": None, "generator": g}
     proposals, q_rows = draft_block(draft, d_cache, context[-1:], 4, **policy)

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import specdec_lib as sd
-from specdec_lib.generation import exact_continuations, generate_plain, generate_speculative
-from specdec_lib.models import CachedLM, KVCache, LMConfig
+from specdec_lib.lab.generation import exact_continuations, generate_plain, generate_speculative
+from specdec_lib.lab.transformer import CachedLM, KVCache, LMConfig
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def test_load_pair_eval_and_cheaper_draft(pair):
     target, draft = pair
     assert not target.training and not draft.training
     assert target.vocab == draft.vocab == 256
-    assert sd.models.n_params(draft) * 10 < sd.models.n_params(target)
+    assert sd.n_params(draft) * 10 < sd.n_params(target)
 
 
 def test_alignment_on_trained_target(pair, prompts):

@@ -1,7 +1,7 @@
 """Lab presentation: predicted against measured speedup, from a recorded table (no timing in tests)."""
 from matplotlib.figure import Figure
 
-from specdec_lib import figures
+from specdec_lib.presentation import figure_files as figures
 from specdec_lib.presentation import measure_it as views
 
 

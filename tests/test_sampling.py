@@ -7,13 +7,7 @@ from stats import rate_bound, tv_bound
 
 import specdec_lib.sampling as S
 
-
-def post_pair():
-    """The post's five-token p and q (torch.manual_seed(0), softmax(randn * 1.4))."""
-    g = torch.Generator().manual_seed(0)
-    p = torch.softmax(torch.randn(5, generator=g) * 1.4, 0)
-    q = torch.softmax(torch.randn(5, generator=g) * 1.4, 0)
-    return p, q
+post_pair = S.post_pair
 
 
 def test_post_shared_mass_table():

@@ -4,14 +4,14 @@ import dataclasses
 import pytest
 import torch
 
-from specdec_lib.transformer import (
+from specdec_lib.lab.alignment import (
     AlignmentReport,
-    TinyCausalLM,
     alignment_tv,
     block_scores,
     check_alignment,
     incremental_scores,
 )
+from specdec_lib.lab.transformer import TinyCausalLM
 
 V = 12
 

@@ -6,7 +6,7 @@ import torch
 from stats import tv_bound
 
 import specdec_lib.verification as Vf
-from specdec_lib.chain import sequence_tv
+from specdec_lib.markov.chain import sequence_tv
 from specdec_lib.sampling import accept_ratio, sample_from, sample_rows
 
 V, K = 4, 2

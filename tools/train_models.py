@@ -2,7 +2,7 @@
 
 Corpus: the top-level *.py files of this interpreter's standard library (sysconfig's "stdlib" path),
 sorted by name, read as bytes (vocabulary 256); every 10th file is held out for prompts
-(specdec_lib.models.corpus). Both models are trained from fixed seeds with fixed step counts on the CPU,
+(specdec_lib.lab.corpus). Both models are trained from fixed seeds with fixed step counts on the CPU,
 so a rerun reproduces the weights bit for bit only with the same Python version (the standard library's
 files differ between versions), the same torch version and the same thread count (TRAIN_THREADS).
 Writes specdec_lib/weights/pair.pt (float16 weights and both configs; loaded by sd.load_pair()).
@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from specdec_lib import models
+from specdec_lib.lab import corpus, transformer, weights
 
 TRAIN_THREADS = 2
 SEED = 1234
 PLAN = {  # name: (config, seed, steps, batch, lr)
-    "target": (models.TARGET_CONFIG, 1, 2000, 16, 3e-3),
-    "draft": (models.DRAFT_CONFIG, 2, 1500, 16, 1e-2),
+    "target": (transformer.TARGET_CONFIG, 1, 2000, 16, 3e-3),
+    "draft": (transformer.DRAFT_CONFIG, 2, 1500, 16, 1e-2),
 }
 SEQ = 192  # training context = the models' max_len
 
@@ -41,11 +41,11 @@ def batches(data: torch.Tensor, batch: int, seq: int, g: torch.Generator):
         yield chunk[:, :-1], chunk[:, 1:]
 
 
-def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: float) -> models.CachedLM:
+def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: float) -> transformer.CachedLM:
     config, seed, steps, batch, lr = PLAN[name]
     steps = max(1, int(steps * steps_scale))
     torch.manual_seed(SEED + seed)  # nothing below draws from the global generator; belt and braces
-    model = models.CachedLM(config, seed=seed).train()
+    model = transformer.CachedLM(config, seed=seed).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
@@ -69,7 +69,7 @@ def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: flo
     with torch.no_grad():
         x, y = next(batches(heldout, 16, SEQ, torch.Generator().manual_seed(SEED)))
         val = F.cross_entropy(model(x).flatten(0, 1), y.flatten()).item()
-    print(f"{name:>6}: {models.n_params(model):,} parameters, held-out loss {val:.3f} nats/byte, "
+    print(f"{name:>6}: {transformer.n_params(model):,} parameters, held-out loss {val:.3f} nats/byte, "
           f"{time.perf_counter() - t0:.0f}s", flush=True)
     return model
 
@@ -81,16 +81,16 @@ def main(argv: list[str]) -> int:
                         help="weights file (default specdec_lib/weights/pair.pt for a full run)")
     args = parser.parse_args(argv)
     torch.set_num_threads(TRAIN_THREADS)
-    out = args.out or (models.WEIGHTS_DIR / models.WEIGHTS_FILE if args.steps_scale == 1.0 else None)
-    data, heldout = models.corpus("train"), models.corpus("heldout")
-    print(f"corpus: {len(models.corpus_files())} stdlib files, {data.numel():,} training bytes, "
+    out = args.out or (weights.WEIGHTS_DIR / weights.WEIGHTS_FILE if args.steps_scale == 1.0 else None)
+    data, heldout = corpus.corpus("train"), corpus.corpus("heldout")
+    print(f"corpus: {len(corpus.corpus_files())} stdlib files, {data.numel():,} training bytes, "
           f"{heldout.numel():,} held out; Python {sys.version.split()[0]}, torch {torch.__version__}")
     t0 = time.perf_counter()
     target = train("target", data, heldout, args.steps_scale)
     draft = train("draft", data, heldout, args.steps_scale)
     print(f"trained both in {time.perf_counter() - t0:.0f}s")
     if out is not None:
-        models.save_pair(target, draft, out)
+        weights.save_pair(target, draft, out)
         print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
     return 0
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..noise import tv_noise_bound
+from ..sampling import total_variation
 
 DELTA = 1e-6  # false-alarm rate of every sampled check: a correct solution fails about once in a million runs
 
@@ -33,21 +34,21 @@ class Report:
         return f"Report({self.exercise!r}, ok={self.ok}, {len(self.messages)} message(s))"
 
 
-class _Stop(Exception):
+class Stop(Exception):
     """Raised inside a checker once a finding makes further checks meaningless."""
 
 
-def _call(fn, *args, on: str, **kwargs):
+def call(fn, *args, on: str, **kwargs):
     """fn(*args): NotImplementedError passes through; any other exception becomes a finding."""
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
         raise
     except Exception as e:  # the learner's bug, reported in words
-        raise _Stop(f"your function raised {type(e).__name__}: {e} (on {on})") from None
+        raise Stop(f"your function raised {type(e).__name__}: {e} (on {on})") from None
 
 
-def _run(exercise: str, body, fn, *, raise_on_failure: bool, verbose: bool) -> Report:
+def run(exercise: str, body, fn, *, raise_on_failure: bool, verbose: bool) -> Report:
     report = Report(exercise)
     if not callable(fn):
         report.fail(f"expected a function, got {type(fn).__name__}: pass the function itself, without calling it")
@@ -56,7 +57,7 @@ def _run(exercise: str, body, fn, *, raise_on_failure: bool, verbose: bool) -> R
             body(fn, report)
         except NotImplementedError:
             raise
-        except _Stop as stop:
+        except Stop as stop:
             report.fail(str(stop))
         except Exception as e:  # an output the checker could not read: still a plain-words finding
             report.fail(f"could not read your function's output ({type(e).__name__}: {e})")
@@ -67,43 +68,39 @@ def _run(exercise: str, body, fn, *, raise_on_failure: bool, verbose: bool) -> R
     return report
 
 
-def _fmt(xs) -> str:
+def fmt(xs) -> str:
     return "[" + ", ".join(f"{float(x):.4g}" for x in xs) + "]"
 
 
-def _tensor(out, name: str, shape=None) -> torch.Tensor:
+def as_tensor(out, name: str, shape=None) -> torch.Tensor:
     if not isinstance(out, torch.Tensor):
-        raise _Stop(f"{name} must return a torch.Tensor, got {type(out).__name__}")
+        raise Stop(f"{name} must return a torch.Tensor, got {type(out).__name__}")
     if shape is not None and tuple(out.shape) != tuple(shape):
-        raise _Stop(f"{name} must return shape {tuple(shape)}, got {tuple(out.shape)}")
+        raise Stop(f"{name} must return shape {tuple(shape)}, got {tuple(out.shape)}")
     return out
 
 
-def _tv(a: torch.Tensor, b: torch.Tensor) -> float:
-    return 0.5 * (a.double().reshape(-1) - b.double().reshape(-1)).abs().sum().item()
-
-
-def _law_verdict(report: Report, what: str, freq: torch.Tensor, law: torch.Tensor, n: int,
+def law_verdict(report: Report, what: str, freq: torch.Tensor, law: torch.Tensor, n: int,
                  mistakes: dict, delta: float) -> bool:
     """Measured TV against the noise bound; on failure name every known mistake whose law the samples match."""
-    tv, bound = _tv(freq, law), tv_noise_bound(law, n, delta)
+    tv, bound = total_variation(freq, law), tv_noise_bound(law, n, delta)
     if tv <= bound:
         return True
     msg = f"{what}: wrong distribution, TV {tv:.4f} from the exact law with {n:,} samples (noise bound {bound:.4f})"
     hits = [text for wrong_law, text in mistakes.values()
-            if _tv(freq, wrong_law) <= tv_noise_bound(wrong_law, n, delta)]
+            if total_variation(freq, wrong_law) <= tv_noise_bound(wrong_law, n, delta)]
     report.fail(msg + (". It matches a known mistake: " + "; ".join(hits) if hits else ""))
     return False
 
 
-def _residual_ref(p, q):
+def residual_ref(p, q):
     r = torch.clamp(p - q, min=0)
     return r / r.sum() if r.sum() > 0 else p
 
 
-def _number(out, name: str, on: str) -> float:
+def as_number(out, name: str, on: str) -> float:
     if isinstance(out, torch.Tensor) and out.numel() == 1:
         out = out.item()
     if isinstance(out, bool) or not isinstance(out, (int, float)):
-        raise _Stop(f"{name} must return a number, got {type(out).__name__} (on {on})")
+        raise Stop(f"{name} must return a number, got {type(out).__name__} (on {on})")
     return float(out)

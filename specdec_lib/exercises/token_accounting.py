@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..accounting import expected_accepted, expected_tokens, survivor_statistics
-from ._report import Report, _call, _fmt, _number, _run, _Stop
+from ._report import Report, Stop, as_number, call, fmt, run
 
 
 def check_expected_tokens(expected_tokens_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
@@ -23,19 +23,19 @@ def check_expected_tokens(expected_tokens_fn, *, raise_on_failure: bool = True, 
         ]
         for alpha in cases:
             want = expected_tokens(alpha, len(alpha))
-            got = _number(_call(fn, list(alpha), on=f"alpha = {alpha}"), "expected_tokens", f"alpha = {alpha}")
+            got = as_number(call(fn, list(alpha), on=f"alpha = {alpha}"), "expected_tokens", f"alpha = {alpha}")
             if abs(got - want) <= 1e-9:
                 continue
             for wrong, text in wrongs:
-                if all(abs(wrong(a) - _number(_call(fn, list(a), on=f"alpha = {a}"), "expected_tokens", "")) < 1e-9
+                if all(abs(wrong(a) - as_number(call(fn, list(a), on=f"alpha = {a}"), "expected_tokens", "")) < 1e-9
                        for a in cases):
-                    raise _Stop(f"{text} (alpha = {alpha}: got {got:.4f}, expected {want:.4f})")
-            raise _Stop(f"alpha = {alpha}: got {got:.4f}, expected {want:.4f}")
-        got = _number(_call(fn, [], on="alpha = [] (k = 0)"), "expected_tokens", "alpha = []")
+                    raise Stop(f"{text} (alpha = {alpha}: got {got:.4f}, expected {want:.4f})")
+            raise Stop(f"alpha = {alpha}: got {got:.4f}, expected {want:.4f}")
+        got = as_number(call(fn, [], on="alpha = [] (k = 0)"), "expected_tokens", "alpha = []")
         if got != 1.0:
-            raise _Stop(f"k = 0 (alpha = []) must give 1.0, plain decoding's one token per target call; got {got:g}")
+            raise Stop(f"k = 0 (alpha = []) must give 1.0, plain decoding's one token per target call; got {got:g}")
         report.note("E[N] right on 5 rate sequences and for k = 0")
-    return _run("expected_tokens", body, expected_tokens_fn, raise_on_failure=raise_on_failure, verbose=verbose)
+    return run("expected_tokens", body, expected_tokens_fn, raise_on_failure=raise_on_failure, verbose=verbose)
 
 
 def check_conditional_acceptance(conditional_acceptance, *, raise_on_failure: bool = True,
@@ -49,17 +49,17 @@ def check_conditional_acceptance(conditional_acceptance, *, raise_on_failure: bo
         mix = simulate_mixture((0.95, 0.45), (0.5, 0.5), 4, 2000, generator=torch.Generator().manual_seed(5))
         for label, flags in [("the 4 x 3 example", hand), ("flags where no block reaches position 3", unreached),
                              ("2,000 simulated blocks of a mixture", mix)]:
-            out = _call(fn, flags.clone(), on=label)
+            out = call(fn, flags.clone(), on=label)
             got = out.tolist() if isinstance(out, torch.Tensor) else list(out)
             if len(got) != flags.shape[1]:
-                raise _Stop(f"return one rate per position ({flags.shape[1]}), got {len(got)} (on {label})")
+                raise Stop(f"return one rate per position ({flags.shape[1]}), got {len(got)} (on {label})")
             got = [float(x) for x in got]
             want = survivor_statistics(flags).conditional_rate
             if all(abs(a - b) <= 1e-9 for a, b in zip(got, want)):
                 continue
-            where = f"on {label}: got {_fmt(got)}, expected {_fmt(want)}"
+            where = f"on {label}: got {fmt(got)}, expected {fmt(want)}"
             if any(math.isnan(x) for x in got):
-                raise _Stop(f"NaN at a position no block reached (0 / 0); report 0.0 there ({where})")
+                raise Stop(f"NaN at a position no block reached (0 / 0); report 0.0 there ({where})")
             f = flags.double()
             previous = [f[:, 0].mean().item()] + [
                 (f[:, j] * f[:, j - 1]).sum().item() / max(f[:, j - 1].sum().item(), 1) for j in range(1, f.shape[1])]
@@ -71,8 +71,8 @@ def check_conditional_acceptance(conditional_acceptance, *, raise_on_failure: bo
                        "true (a cumulative product along the row)")]
             for wrong, text in wrongs:
                 if all(abs(a - b) <= 1e-9 for a, b in zip(got, wrong)):
-                    raise _Stop(f"{text} ({where})")
-            raise _Stop(f"wrong rates {where}")
+                    raise Stop(f"{text} ({where})")
+            raise Stop(f"wrong rates {where}")
         report.note("conditional rates right on 3 flag sets, including an unreached position (0.0)")
-    return _run("conditional_acceptance", body, conditional_acceptance, raise_on_failure=raise_on_failure,
+    return run("conditional_acceptance", body, conditional_acceptance, raise_on_failure=raise_on_failure,
                 verbose=verbose)

@@ -2,7 +2,7 @@
 
 Pure plotting functions (keyword arguments, defaults = the post's reference chain: V = 5, horizon 3,
 start 0, k = 4) and a dropdown view that redraws the same functions. The math lives in
-specdec_lib.chain and specdec_lib.decoders.
+specdec_lib.markov (chain, batched, exact).
 """
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from .. import chain as chain_mod
-from .. import decoders
-from ..exact import exact_decoder_distribution
+from ..markov import batched
+from ..markov import chain as chain_mod
+from ..markov.exact import exact_decoder_distribution
 from ..noise import tv_noise_bound, tv_noise_mean
+from ..sampling import total_variation
 from .style import COLORS, new_figure
 from .widgets import explorer
 
@@ -31,7 +32,8 @@ def sample_sequences(mode: str, *, n: int = N, seed: int = SEED) -> torch.Tensor
     g = torch.Generator().manual_seed(seed)
     if mode == "direct":
         return chain_mod.direct_sample(ch.P, ch.start, ch.horizon, n, generator=g)
-    return decoders.decode_markov(ch.P, ch.Q, ch.start, ch.horizon, ch.k, n, mode, generator=g, Q_bad=ch.Q_bad)
+    return batched.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=ch.k, n=n, mode=mode, generator=g,
+                                 Q_bad=ch.Q_bad)
 
 
 def _exact() -> torch.Tensor:
@@ -50,7 +52,7 @@ def plot_decoder_tv(*, labels: Sequence[str] | None = None, tvs: Sequence[float]
     BROKEN); with them given, `broken` defaults to "TV above the threshold".
     """
     if labels is None or tvs is None:
-        modes = ["direct", *decoders.DECODER_MODES]
+        modes = ["direct", *batched.DECODER_MODES]
         exact = _exact()
         labels = [SHORT[m] for m in modes]
         tvs = [chain_mod.sequence_tv(sample_sequences(m, n=n, seed=seed), exact) for m in modes]
@@ -101,7 +103,7 @@ def plot_sequence_distributions(*, exact: torch.Tensor | None = None,
         if emp.shape != exact.shape:
             raise ValueError(f"empirical {label!r} has shape {tuple(emp.shape)}, exact has {tuple(exact.shape)}")
         e = emp.double().reshape(-1)
-        tv = 0.5 * (e - flat).abs().sum().item()
+        tv = total_variation(e, flat)
         ax.plot(x, e[order].tolist(), ".", ms=4, color=palette[i % len(palette)], label=f"{label} (TV {tv:.4f})")
     ax.set(xlabel=f"the {flat.numel()} sequences, most likely first", ylabel="probability",
            title="Exact target vs decoder output, sequence by sequence")
@@ -127,10 +129,11 @@ def plot_tv_convergence(*, runs: Mapping[str, torch.Tensor] | None = None,
     ch = chain_mod.reference_chain()
     target = _exact()
     if runs is None:
-        runs = {m: sample_sequences(m, n=n, seed=seed) for m in decoders.DECODER_MODES}
+        runs = {m: sample_sequences(m, n=n, seed=seed) for m in batched.DECODER_MODES}
     if exact_tv is None:
-        exact_tv = {m: 0.5 * (exact_decoder_distribution(ch.P, ch.Q, ch.start, ch.horizon, ch.k, m,
-                                                         Q_bad=ch.Q_bad) - target).abs().sum().item() for m in runs}
+        exact_tv = {m: total_variation(exact_decoder_distribution(ch.P, ch.Q, start=ch.start, horizon=ch.horizon,
+                                                                  k=ch.k, mode=m, Q_bad=ch.Q_bad), target)
+                    for m in runs}
     m_max = min(r.shape[0] for r in runs.values())
     sizes = sizes or [s for s in (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000,
                                   1_000_000) if s <= m_max]
@@ -159,7 +162,7 @@ def decoder_explorer(*, mode: str = "off_by_one", n: int = 60_000, seed: int = S
 
     exact = _exact()
     cache: dict[str, torch.Tensor] = {}
-    options = [(f"{m}: {d}", m) for m, d in decoders.DECODER_MODES.items()]
+    options = [(f"{m}: {d}", m) for m, d in batched.DECODER_MODES.items()]
     dropdown = widgets.Dropdown(options=options, value=mode, description="decoder", layout=widgets.Layout(width="95%"))
 
     def render(mode: str):

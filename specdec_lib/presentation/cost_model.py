@@ -82,7 +82,7 @@ def plot_speedup_heatmap(*, k: int = 8, c_v: float = 1.6, alphas: Sequence[float
     if point is not None:
         alpha, c_d = point
         s = cost.speedup(alpha, c_d, k, c_v)
-        best = cost.best_k(alpha, c_d, c_v, k_max)
+        best = cost.best_k(alpha, c_d, c_v, k_max=k_max)
         ax.plot([c_d], [alpha], marker="o", markersize=8, markerfacecolor="white",
                 markeredgecolor="black", linestyle="none", gid=BEST_K_GID, clip_on=False)
         right = c_d > (c_ds[0] + c_ds[-1]) / 2  # keep the label inside the axes
@@ -105,7 +105,7 @@ def plot_k_sweep(*, alphas: Sequence[float] = (0.5, 0.7, 0.9), c_d: float = 0.15
     fig, ax = new_figure()
     palette = [COLORS["target"], COLORS["draft"], COLORS["overlap"], COLORS["neutral"], COLORS["wrong"]]
     for i, alpha in enumerate(alphas):
-        best = cost.best_k(alpha, c_d, c_v, k_max)  # speedups[k] for k = 0..k_max
+        best = cost.best_k(alpha, c_d, c_v, k_max=k_max)  # speedups[k] for k = 0..k_max
         color = palette[i % len(palette)]
         note = f"best k = {best.k}" if best.k else "best k = 0: do not speculate"
         ax.plot(ks, best.speedups[1:], color=color, marker=".", label=f"α = {alpha:g}  ({note})")
@@ -135,7 +135,7 @@ def cost_explorer(*, alpha: float = 0.8, k: int = 8, c_d: float = 0.15, c_v: flo
     }
 
     def render(alpha: float, k: int, c_d: float, c_v: float):
-        best, s = cost.best_k(alpha, c_d, c_v, k_max), cost.speedup(alpha, c_d, k, c_v)
+        best, s = cost.best_k(alpha, c_d, c_v, k_max=k_max), cost.speedup(alpha, c_d, k, c_v)
         verdict = "faster" if s >= 1 else "SLOWER"
         text = (f"α = {alpha:.2f}, c_d = {c_d:.2f}, c_v = {c_v:.1f}: S({k}) = {s:.2f}x ({verdict} than plain); "
                 f"best k in 0..{k_max} = {best.k} with S = {best.speedup:.2f}x")

@@ -9,13 +9,11 @@ import torch
 
 from .. import sampling
 from ..policy import apply_policy
+from ..sampling import post_pair
 from .style import COLORS, new_figure
 from .widgets import explorer
 
 # The post's parameters.
-POST_SEED = 0  # g = torch.Generator().manual_seed(0); p, then q, from the same generator
-POST_VOCAB = 5
-POST_SCALE = 1.4  # logits = randn(V) * 1.4
 POST_DRAWS = 400_000
 POST_TEMPERATURES = (0.1, 0.3, 0.7, 1.0, 2.0, 5.0, 20.0)
 POST_LOGIT_PAIRS = {  # name -> (target logits, draft logits)
@@ -26,14 +24,6 @@ PAIR_COLORS = {"same argmax": "#9467bd", "different argmax": "#8c564b"}
 SAMPLER_COLORS = {"direct sampling from p": COLORS["neutral"], "speculative, residual on reject": COLORS["overlap"],
                   "speculative, p on reject": COLORS["wrong"]}
 T_RANGE = (0.05, 50.0)  # the temperature axis of the overlap curve (log scale)
-
-
-def post_pair() -> tuple[torch.Tensor, torch.Tensor]:
-    """The post's five-token target p and draft q (p = 0.7333 0.0562 0.0040 0.1879 0.0186; shared mass 0.1623)."""
-    g = torch.Generator().manual_seed(POST_SEED)
-    p = torch.softmax(torch.randn(POST_VOCAB, generator=g) * POST_SCALE, dim=0)
-    q = torch.softmax(torch.randn(POST_VOCAB, generator=g) * POST_SCALE, dim=0)
-    return p, q
 
 
 def logit_pairs() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

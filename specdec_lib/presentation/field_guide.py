@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import chain as chain_mod
-from ..exact import exact_decoder_distribution
-from ..failures import MODES, failure_modes
+from ..markov import chain as chain_mod
+from ..markov.exact import exact_decoder_distribution
+from ..markov.registry import MODES, failure_modes
+from ..sampling import total_variation
 from .block_decoder import plot_sequence_distributions
 from .style import COLORS, new_figure
 from .widgets import explorer
@@ -33,7 +34,7 @@ class GuideRow:
 def decoder_law(mode: str, *, k: int = K, horizon: int = HORIZON) -> tuple[torch.Tensor, torch.Tensor]:
     """(decoder's exact output law, the target it should match), both (V,) * horizon, on the reference chain."""
     ch = chain_mod.reference_chain()
-    law = exact_decoder_distribution(ch.P, ch.Q, ch.start, horizon, k, mode, Q_bad=ch.Q_bad)
+    law = exact_decoder_distribution(ch.P, ch.Q, start=ch.start, horizon=horizon, k=k, mode=mode, Q_bad=ch.Q_bad)
     return law, chain_mod.exact_sequence_distribution(MODES[mode].target(ch.P), ch.start, horizon)
 
 
@@ -42,7 +43,7 @@ def guide_rows(*, k: int = K, horizon: int = HORIZON) -> list[GuideRow]:
     rows = []
     for m in failure_modes():
         law, want = decoder_law(m.name, k=k, horizon=horizon)
-        rows.append(GuideRow(m.name, 0.5 * (law - want).abs().sum().item(), m.exact, m.reference, m.description))
+        rows.append(GuideRow(m.name, total_variation(law, want), m.exact, m.reference, m.description))
     return rows
 
 
@@ -85,7 +86,7 @@ def bug_card(mode: str) -> str:
     """A few lines on one registered decoder: what it does wrong, where it was reported, and its exact TV."""
     m = MODES[mode]
     law, want = decoder_law(mode)
-    tv = 0.5 * (law - want).abs().sum().item()
+    tv = total_variation(law, want)
     verdict = "exact: costs only speed" if m.exact else f"wrong: exact TV {tv:.4f} from the target"
     return f"{mode}: {m.description}\nreference: {m.reference}\n{verdict}"
 

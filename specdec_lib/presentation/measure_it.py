@@ -5,7 +5,7 @@ The plots take a SpeedupTable (sd.measure_speedup). FIGURES draws a recorded tab
 """
 from __future__ import annotations
 
-from ..measure import SpeedupTable
+from ..lab.measure import SpeedupTable
 from .style import COLORS, new_figure
 
 PARITY_GID = "parity"  # the dashed line S = 1

@@ -17,21 +17,21 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_int
+from .._checks import check_int
+from ..telemetry import SpecDecodeLog
 from .generation import (
-    _policy,
-    _prefill,
-    _sync,
+    check_policy,
     decode_step,
     draft_block,
     generate_plain,
     generate_speculative,
+    prefill,
+    sync,
     verify_round,
 )
-from .telemetry import SpecDecodeLog
 
 
-def _median_times(fns, reps: int, sync: torch.Tensor, before=None) -> list[float]:
+def _median_times(fns, reps: int, device_of: torch.Tensor, before=None) -> list[float]:
     """Median seconds of each fn() over reps calls, timed round-robin (fn 1, fn 2, ..., fn 1, ...).
 
     Taking turns spreads any drift of the machine over every term alike, and runs each call after the
@@ -48,10 +48,10 @@ def _median_times(fns, reps: int, sync: torch.Tensor, before=None) -> list[float
         for fn, prep, ts in zip(fns, before, times):
             if prep is not None:
                 prep()
-            _sync(sync)
+            sync(device_of)
             t0 = time.perf_counter()
             fn()
-            _sync(sync)
+            sync(device_of)
             ts.append(time.perf_counter() - t0)
     return [statistics.median(ts) for ts in times]
 
@@ -68,9 +68,9 @@ def time_terms(target, draft, context: torch.Tensor, ks, reps: int = 50, *, temp
     """
     ks = [check_int("k", k, minimum=1) for k in ks]
     reps = check_int("reps", reps, minimum=1)
-    temperature, top_k = _policy(temperature, top_k)
+    temperature, top_k = check_policy(temperature, top_k)
     L = context.numel()
-    t_cache, d_cache = _prefill(target, context), _prefill(draft, context)  # both hold context[:-1]
+    t_cache, d_cache = prefill(target, context), prefill(draft, context)  # both hold context[:-1]
     last = context[-1:]  # (1,)
     policy = {"temperature": temperature, "top_k": top_k,
               "generator": torch.Generator(device=context.device).manual_seed(seed)}
@@ -109,11 +109,11 @@ def time_catch_up(draft, context: torch.Tensor, k: int, reps: int = 50, *, tempe
     """
     k = check_int("k", k, minimum=1)
     reps = check_int("reps", reps, minimum=1)
-    temperature, top_k = _policy(temperature, top_k)
+    temperature, top_k = check_policy(temperature, top_k)
     if context.numel() < 3:
         raise ValueError(f"context must hold at least 3 tokens, got {context.numel()}")
     L = context.numel()
-    cache = _prefill(draft, context[:-1])  # holds context[:-2]: two tokens behind
+    cache = prefill(draft, context[:-1])  # holds context[:-2]: two tokens behind
     policy = {"temperature": temperature, "top_k": top_k,
               "generator": torch.Generator(device=context.device).manual_seed(seed)}
 
@@ -214,7 +214,7 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, 
         raise ValueError("ks must hold at least one k")
     repeats = check_int("repeats", repeats, minimum=1)
     n_new = check_int("n_new", n_new, minimum=1)
-    temperature, top_k = _policy(temperature, top_k)
+    temperature, top_k = check_policy(temperature, top_k)
     prompts = list(prompts)
     if not prompts:
         raise ValueError("prompts must hold at least one prompt")

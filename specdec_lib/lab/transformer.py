@@ -1,25 +1,21 @@
-"""Lab: a causal transformer with a KV cache that can be cropped (rollback), and the trained target/draft pair.
+"""The course's one causal transformer: a small GPT with a KV cache that can be cropped (rollback).
 
 The cache holds keys and values for every position the model has read. Speculative decoding writes the
 k proposals into the caches before it knows which survive, so after verification both caches are
 cropped back to the accepted prefix: the target's for correctness (it must never condition on a
 rejected proposal), the draft's for efficiency (its next proposals start from the committed text).
+Act II's `TinyCausalLM` is the same model in a tiny random configuration; the lab trains two larger ones.
 """
 from __future__ import annotations
 
 import math
-import pathlib
-import sysconfig
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._checks import check_int
-
-WEIGHTS_DIR = pathlib.Path(__file__).parent / "weights"
-WEIGHTS_FILE = "pair.pt"
+from .._checks import check_int, check_token_ids
 
 
 @dataclass(frozen=True)
@@ -124,12 +120,13 @@ class CachedLM(nn.Module):
         super().__init__()
         self.config = config
         self.vocab, self.max_len = config.vocab, config.max_len  # what sd.check_alignment reads
-        self.tok_emb = nn.Embedding(config.vocab, config.d_model)
-        self.pos_emb = nn.Embedding(config.max_len, config.d_model)
-        self.blocks = nn.ModuleList([CachedBlock(config.d_model, config.n_head) for _ in range(config.n_layer)])
-        self.ln_f = nn.LayerNorm(config.d_model)
-        self.head = nn.Linear(config.d_model, config.vocab)
-        self.init_weights(seed, init_std)
+        with torch.random.fork_rng(devices=[]):  # the layers' default init draws from the global RNG; restore it
+            self.tok_emb = nn.Embedding(config.vocab, config.d_model)
+            self.pos_emb = nn.Embedding(config.max_len, config.d_model)
+            self.blocks = nn.ModuleList([CachedBlock(config.d_model, config.n_head) for _ in range(config.n_layer)])
+            self.ln_f = nn.LayerNorm(config.d_model)
+            self.head = nn.Linear(config.d_model, config.vocab)
+        self.init_weights(seed, init_std)  # every parameter, from a private generator
         self.eval()
 
     @torch.no_grad()
@@ -156,10 +153,11 @@ class CachedLM(nn.Module):
 
         With a cache, idx continues the cached positions, and the cache grows by T.
         """
-        if idx.dim() != 2:
-            raise ValueError(f"idx must have shape (B, T), got {tuple(idx.shape)}")
+        check_token_ids("idx", idx, self.vocab, dims=2)
         start = 0 if cache is None else cache.length
         T = idx.shape[1]
+        if T == 0:
+            raise ValueError("idx must hold at least one position (T >= 1)")
         if start + T > self.max_len:
             raise ValueError(f"idx is too long: {start} cached + {T} new positions exceed max_len = {self.max_len}")
         pos = torch.arange(start, start + T, device=idx.device)  # (T,)
@@ -179,58 +177,31 @@ def n_params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-# ---- the corpus: the Python standard library's own source, as bytes ------------------------------
+class TinyCausalLM(CachedLM):
+    """Act II's tiny random transformer: the same CachedLM in a small configuration, seeded, never trained.
 
-def corpus_files() -> list[pathlib.Path]:
-    """The top-level *.py files of this interpreter's standard library, sorted by name."""
-    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    return sorted(root.glob("*.py"))
+    Its init is wider than a trainable GPT's, so its next-token distributions are clearly non-uniform
+    (max probability ~0.2 against 1/12) and differ between positions: a misaligned slice of its rows is
+    visibly wrong (max TV ~0.3 between the aligned and the shifted slice; the post's model gave 0.337).
+    """
 
+    EMB_STD, PROJ_STD, HEAD_STD = 1.0, 0.2, 0.12  # embeddings; every linear layer in the blocks; the output head
 
-def corpus(split: str = "train") -> torch.Tensor:
-    """Bytes (uint8 tensor) of the corpus: 'train' is 9 files in 10, 'heldout' the rest (every 10th file)."""
-    if split not in ("train", "heldout"):
-        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
-    files = [f for i, f in enumerate(corpus_files()) if (i % 10 == 0) == (split == "heldout")]
-    data = b"".join(f.read_bytes() for f in files)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    def __init__(self, *, vocab: int = 12, d_model: int = 32, n_head: int = 2, n_layer: int = 2,
+                 max_len: int = 64, seed: int = 0):
+        self.seed = check_int("seed", seed)
+        super().__init__(LMConfig(vocab=vocab, d_model=d_model, n_head=n_head, n_layer=n_layer, max_len=max_len),
+                         seed=self.seed)
 
-
-def corpus_prompts(n: int, length: int, *, seed: int = 0) -> list[torch.Tensor]:
-    """n prompts (LongTensor (length,)) cut from the held-out files at seeded offsets, each at a line start."""
-    n, length = check_int("n", n, minimum=1), check_int("length", length, minimum=1)
-    data = corpus("heldout")
-    g = torch.Generator().manual_seed(check_int("seed", seed))
-    starts = torch.randint(0, data.numel() - 4 * length, (n,), generator=g).tolist()
-    out = []
-    for s in starts:
-        while s > 0 and data[s - 1] != 10:  # back up to the start of the line
-            s -= 1
-        out.append(data[s:s + length].long())
-    return out
-
-
-# ---- the trained pair --------------------------------------------------------------------------------
-
-def load_pair(device: str | torch.device = "cpu") -> tuple[CachedLM, CachedLM]:
-    """(target, draft) with the weights trained by `make models`, in eval mode, as float32 on `device`."""
-    path = WEIGHTS_DIR / WEIGHTS_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"no trained weights at specdec_lib/weights/{WEIGHTS_FILE}: run `make models`")
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    models = []
-    for name in ("target", "draft"):
-        model = CachedLM(LMConfig(**state[f"{name}_config"]))
-        model.load_state_dict({k: v.float() for k, v in state[name].items()})
-        models.append(model.to(device).eval())
-    return models[0], models[1]
-
-
-def save_pair(target: CachedLM, draft: CachedLM, path: pathlib.Path) -> None:
-    """Write both models' weights (as float16, to halve the file) and configs to path."""
-    state = {}
-    for name, model in (("target", target), ("draft", draft)):
-        state[name] = {k: v.detach().to("cpu", torch.float16) for k, v in model.state_dict().items()}
-        state[f"{name}_config"] = asdict(model.config)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(state, path)
+    @torch.no_grad()
+    def init_weights(self, seed: int, std: float = 0.02) -> None:
+        """Normal weights at the three scales above, zero biases, unit norms, all from one private generator."""
+        g = torch.Generator().manual_seed(check_int("seed", seed))
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+            elif ".ln_" in name or name.startswith("ln_"):
+                p.fill_(1.0)
+            else:
+                scale = self.EMB_STD if "emb" in name else self.HEAD_STD if name.startswith("head") else self.PROJ_STD
+                p.copy_(torch.randn(p.shape, generator=g) * scale)

@@ -1,9 +1,8 @@
-"""The field guide: decoder bugs from public code, the post and the course, each a switch on the Markov decoders.
+"""The registry of decoders: the correct one and every registered bug, each a DecoderSpec with its story.
 
-A decoder is described by a `DecoderSpec`: which table the draft samples, which one the verifier believes,
-which state each model conditions on, how acceptance, the residual and the bonus are computed. The correct
-decoder is the default spec; every registered mode changes one or two fields, the way each bug changed one
-or two lines of a real implementation. `decode_markov` and `exact_decoder_distribution` both read the spec.
+The field guide (02b) reads it: a mode's name, what it gets wrong, where it was reported (public code, the
+post, or the course), and whether it costs correctness or only speed. `make_decoder` turns a mode and its
+tables into the validated `Decoder` that every Markov engine (reference, batched, exact) runs.
 """
 from __future__ import annotations
 
@@ -12,29 +11,10 @@ from typing import Literal
 
 import torch
 
-from ._checks import check_choice
-from .policy import policy_table
-
-
-@dataclass(frozen=True)
-class DecoderSpec:
-    """How one block decoder on the Markov chain drafts, verifies and commits."""
-
-    propose: str = "Q"  # what the draft samples: Q | Q_bad | argmax_Q (greedy) | top2_Q (top-k = 2)
-    ratio: str = "Q"  # the q the verifier puts in p/q and [p - q]_+: Q | Q_bad
-    draft_context: str = "committed"  # the draft's state for proposal 1: committed | own_last_proposal | one_too_far
-    ratio_context: str = "draft"  # where the verifier evaluates q for proposal 1: draft (where it sampled) | committed
-    judge: str = "aligned"  # target row for proposal j: aligned (before y_j) | off_by_one (at y_j)
-    acceptance: str = "ratio"  # ratio: u < min(1, p/q) | match: a target sample t equals y
-    verify_first: bool = True  # False: proposal 1 is committed unverified
-    residual: str = "normalised"  # normalised [p - q]_+ | softmax of [p - q]_+ | target (p) | single_token (p minus y)
-    residual_uniform: str = "fresh"  # fresh | reused (the acceptance uniform of the rejected slot)
-    bonus: str = "target"  # the bonus after a full block: target P | draft Q
-    keep_rejected: bool = False  # the rejected proposal stays in the output before the correction
-    phantom: bool = False  # an unverified draft token is appended after every round
-    policy: tuple = ()  # the request's sampling policy, e.g. (("top_p", 0.8),)
-    policy_on_target: bool = True  # False: the policy reaches the draft but not the target
-
+from .._checks import check_choice, check_int
+from ..policy import policy_table
+from .chain import check_start, check_table
+from .spec import Decoder, DecoderSpec, spec_tables
 
 Origin = Literal["paper", "public code", "the post", "the course"]
 ORIGINS: tuple[str, ...] = Origin.__args__  # where a registered decoder comes from
@@ -114,44 +94,21 @@ def failure_modes() -> list[FailureMode]:
     return list(_MODES)
 
 
-def spec_tables(spec: DecoderSpec, P: torch.Tensor, Q: torch.Tensor, Q_bad: torch.Tensor | None):
-    """(target, propose, ratio, draft) tables for a spec: the policy applied as the spec says, then the draft's bug."""
-    policy = dict(spec.policy)
-    target = policy_table(P, **policy) if spec.policy_on_target else P
-    Q = policy_table(Q, **policy)
-    Q_bad = None if Q_bad is None else policy_table(Q_bad, **policy)
-    tables = {"Q": Q, "Q_bad": Q_bad,
-              "argmax_Q": None if Q is None else torch.nn.functional.one_hot(Q.argmax(-1), Q.shape[-1]).to(Q.dtype),
-              "top2_Q": None if Q is None else policy_table(Q, top_k=2)}
-    return target, tables[spec.propose], tables[spec.ratio], Q
-
-
-@dataclass(frozen=True)
-class QContract:
-    """Does a drafter's empirical output match the q it reports? Worst state's TV against the noise bound."""
-
-    tv: float
-    bound: float
-    state: int  # the draft state with the largest TV
-
-    @property
-    def holds(self) -> bool:
-        return self.tv <= self.bound
-
-
-def check_q_contract(sample_proposals, reported_q: torch.Tensor, n: int,
-                     generator: torch.Generator | None = None) -> QContract:
-    """Draw n proposals per draft state with sample_proposals(states (n,), generator) -> tokens (n,) and compare
-    their frequencies with reported_q[state] (V, V); the bound keeps the false-alarm rate below 1e-6 overall."""
-    from .noise import tv_noise_bound
-    from .sampling import empirical
-
-    V = reported_q.shape[0]
-    worst = QContract(tv=-1.0, bound=0.0, state=0)
-    for state in range(V):
-        tokens = sample_proposals(torch.full((n,), state, dtype=torch.long), generator)
-        tv = 0.5 * (empirical(tokens, V) - reported_q[state].double()).abs().sum().item()
-        bound = tv_noise_bound(reported_q[state].double() / reported_q[state].double().sum(), n, delta=1e-6 / V)
-        if tv - bound > worst.tv - worst.bound:
-            worst = QContract(tv=tv, bound=bound, state=state)
-    return worst
+def make_decoder(P, Q, *, start, horizon, k, mode, Q_bad=None, temperature=1.0, top_k=None,
+                 top_p=None) -> Decoder:
+    """Validate a decoder's arguments and build its tables: the one entry point of every Markov engine."""
+    P, Q = check_table("P", P), check_table("Q", Q)
+    if Q.shape != P.shape:
+        raise ValueError(f"P and Q must have the same shape, got {tuple(P.shape)} and {tuple(Q.shape)}")
+    spec = MODES[check_choice("mode", mode, tuple(MODES))].spec
+    if "Q_bad" in (spec.propose, spec.ratio):
+        if Q_bad is None:
+            raise ValueError(f"mode {mode!r} needs Q_bad, the second draft table")
+        Q_bad = check_table("Q_bad", Q_bad)
+        if Q_bad.shape != P.shape:
+            raise ValueError(f"Q_bad must have the shape of P {tuple(P.shape)}, got {tuple(Q_bad.shape)}")
+    start = check_start(start, P.shape[0])
+    horizon = check_int("horizon", horizon, minimum=1)
+    k = check_int("k", k, minimum=0)
+    P, Q, Q_bad = (None if t is None else policy_table(t, temperature, top_k, top_p) for t in (P, Q, Q_bad))
+    return Decoder(spec, *spec_tables(spec, P, Q, Q_bad), start=start, horizon=horizon, k=k)

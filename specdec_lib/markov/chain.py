@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_distribution, check_generator, check_int, check_real
-from .sampling import sample_rows
+from .._checks import check_distribution, check_generator, check_int, check_real, check_token_ids
+from ..sampling import sample_rows, total_variation
 
 
 @dataclass(frozen=True)
@@ -90,14 +90,9 @@ def sequence_index(samples: torch.Tensor, vocab: int) -> torch.Tensor:
 
 def empirical_sequences(samples: torch.Tensor, vocab: int) -> torch.Tensor:
     """Empirical distribution (V,) * horizon of sampled sequences (n, horizon)."""
-    if not isinstance(samples, torch.Tensor) or samples.is_floating_point() or samples.dtype == torch.bool:
-        raise TypeError("samples must be an integer tensor of shape (n, horizon)")
-    if samples.dim() != 2 or samples.shape[0] == 0:
-        raise ValueError(f"samples must have shape (n, horizon) with n >= 1, got {tuple(samples.shape)}")
-    if samples.min() < 0 or samples.max() >= vocab:
-        raise ValueError(f"samples must hold token ids in [0, {vocab})")
+    samples = check_token_ids("samples", samples, vocab, dims=2, allow_empty=False)  # (n, horizon)
     horizon = samples.shape[1]
-    counts = torch.bincount(sequence_index(samples.long(), vocab), minlength=vocab ** horizon)
+    counts = torch.bincount(sequence_index(samples, vocab), minlength=vocab ** horizon)
     return (counts.double() / samples.shape[0]).reshape((vocab,) * horizon)
 
 
@@ -111,5 +106,4 @@ def sequence_tv(samples: torch.Tensor, exact: torch.Tensor) -> float:
     if isinstance(samples, torch.Tensor) and samples.dim() == 2 and samples.shape[1] != exact.dim():
         raise ValueError(f"samples have horizon {samples.shape[1]} but exact has horizon {exact.dim()}")
     check_distribution("exact", exact.reshape(-1))
-    emp = empirical_sequences(samples, vocab)
-    return 0.5 * (emp - exact.double()).abs().sum().item()
+    return total_variation(empirical_sequences(samples, vocab), exact)

@@ -2,7 +2,13 @@
 
 Starting from the empty prefix, probability is pushed through every branch of a round: each proposal, its
 acceptance or rejection, the residual (or bonus) draw, a phantom token; the round's end state is queued
-until every sequence reaches the horizon. The same `DecoderSpec` drives this walk and `decode_markov`.
+until every sequence reaches the horizon. The same `DecoderSpec` drives this walk, the reference decoder
+and the batched one. A branch's mass is the product of the probabilities on its path:
+
+  propose y from the draft row d:     d[y]
+  accept it:                          a = min(1, p(y) / q(y))    (p(y) for match acceptance)
+  reject it, then emit z:             (1 - a) * fix(z)           fix = the residual law (_fix_law)
+  after k acceptances, the bonus z:   p_{k+1}(z)
 """
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import math
 
 import torch
 
-from .decoders import decoder_args
+from .registry import make_decoder
 
 
 def _rows(table: torch.Tensor) -> list[list[float]]:
@@ -120,8 +126,8 @@ def _walk(spec, target, propose, ratio, draft, start: int, horizon: int, k: int)
     return out
 
 
-def exact_decoder_distribution(P: torch.Tensor, Q: torch.Tensor, start: int, horizon: int, k: int,
-                               mode: str = "correct", *, Q_bad: torch.Tensor | None = None,
+def exact_decoder_distribution(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int,
+                               mode: str = "correct", Q_bad: torch.Tensor | None = None,
                                temperature: float = 1.0, top_k: int | None = None,
                                top_p: float | None = None) -> torch.Tensor:
     """The decoder's exact output distribution over all V^horizon sequences, shape (V,) * horizon, in float64.
@@ -129,6 +135,7 @@ def exact_decoder_distribution(P: torch.Tensor, Q: torch.Tensor, start: int, hor
     Tables are taken in float64 with rows renormalised, exactly as exact_sequence_distribution takes P; the
     sampling policy is applied to every table first, as decode_markov applies it (temperature 0 is greedy).
     """
-    spec, target, propose, ratio, draft, start, horizon, k = decoder_args(
-        P, Q, start, horizon, k, mode, Q_bad=Q_bad, temperature=temperature, top_k=top_k, top_p=top_p)
-    return _walk(spec, *(_rows(t) for t in (target, propose, ratio, draft)), start, horizon, k)
+    dec = make_decoder(P, Q, start=start, horizon=horizon, k=k, mode=mode, Q_bad=Q_bad, temperature=temperature,
+                       top_k=top_k, top_p=top_p)
+    return _walk(dec.spec, *(_rows(t) for t in (dec.target, dec.propose, dec.ratio, dec.draft)),
+                 dec.start, dec.horizon, dec.k)

@@ -1,13 +1,12 @@
-"""`python -m specdec_lib.figures OUT_DIR`: write every key figure of the course as a PNG (fixed dpi and style)."""
+"""Every registered figure of the course, written as PNG files (fixed dpi and style): `make figures`."""
 from __future__ import annotations
 
 import importlib
 import pathlib
 import pkgutil
-import sys
 
-from . import presentation
-from .presentation.style import DPI
+from .. import presentation
+from .style import DPI
 
 # presentation modules in course order; any other module with FIGURES follows, so none is ever left out
 ACTS = ("distribution", "block_decoder", "field_guide", "token_accounting", "cost_model", "measure_it")
@@ -41,17 +40,3 @@ def write_figures(out_dir: str | pathlib.Path) -> list[pathlib.Path]:
         build().savefig(path, dpi=DPI, metadata={"Software": None})  # no version stamp: stable files
         written.append(path)
     return written
-
-
-def main(argv: list[str]) -> int:
-    """Command-line entry point."""
-    if len(argv) != 1:
-        print("usage: python -m specdec_lib.figures OUT_DIR", file=sys.stderr)
-        return 2
-    for path in write_figures(argv[0]):
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

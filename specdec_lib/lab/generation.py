@@ -14,28 +14,23 @@ import time
 
 import torch
 
-from ._checks import check_generator, check_int, check_real
-from .policy import apply_policy
-from .telemetry import SpecDecodeLog
-from .verification import greedy_batch, verify_batch
+from .._checks import check_generator, check_int, check_real, check_token_ids
+from ..policy import apply_policy
+from ..telemetry import SpecDecodeLog
+from ..verification import greedy_batch, verify_batch
 
 
 def _check_prompt(prompt, model, n_new: int, extra: int = 0) -> torch.Tensor:
     """A non-empty 1-D LongTensor of ids in the model's vocabulary that leaves room for n_new (+ extra) tokens."""
-    if not isinstance(prompt, torch.Tensor):
-        raise TypeError(f"prompt must be a torch.Tensor, got {type(prompt).__name__}")
-    if prompt.dtype != torch.long or prompt.dim() != 1 or prompt.numel() == 0:
-        raise ValueError(f"prompt must be a non-empty 1-D LongTensor, got dtype {prompt.dtype}, "
-                         f"shape {tuple(prompt.shape)}")
-    if int(prompt.min()) < 0 or int(prompt.max()) >= model.vocab:
-        raise ValueError(f"prompt must hold token ids in [0, {model.vocab})")
+    prompt = check_token_ids("prompt", prompt, model.vocab, dims=1, allow_empty=False, long_only=True)
     if prompt.numel() + n_new + extra > model.max_len:
         raise ValueError(f"prompt + n_new is too long: {prompt.numel()} + {n_new} (+ {extra} for the last block) "
                          f"exceeds max_len = {model.max_len}")
     return prompt
 
 
-def _policy(temperature, top_k):
+def check_policy(temperature, top_k) -> tuple[float, int | None]:
+    """(temperature >= 0, top_k >= 1 or None), validated: the sampling policy both decoders share."""
     temperature = check_real("temperature", temperature, low=0.0)
     if top_k is not None:
         top_k = check_int("top_k", top_k, minimum=1)
@@ -97,7 +92,7 @@ def verify_round(target, t_cache, d_cache, last: torch.Tensor, proposals: torch.
     return a, nxt[0]
 
 
-def _prefill(model, prompt: torch.Tensor):
+def prefill(model, prompt: torch.Tensor):
     """A cache holding every prompt token but the last."""
     cache = model.new_cache()
     if prompt.numel() > 1:
@@ -105,7 +100,7 @@ def _prefill(model, prompt: torch.Tensor):
     return cache
 
 
-def _sync(x: torch.Tensor) -> None:
+def sync(x: torch.Tensor) -> None:
     """Wait for queued GPU work, so that a clock read after it measures it (no-op on the CPU)."""
     if x.is_cuda:
         torch.cuda.synchronize(x.device)
@@ -128,10 +123,10 @@ def generate_plain(model, prompt: torch.Tensor, n_new: int, *, temperature: floa
     """
     n_new = check_int("n_new", n_new, minimum=1)
     prompt = _check_prompt(prompt, model, n_new)
-    temperature, top_k = _policy(temperature, top_k)
+    temperature, top_k = check_policy(temperature, top_k)
     generator = check_generator(generator)
     _check_log(log, 0)
-    cache = _prefill(model, prompt)
+    cache = prefill(model, prompt)
     out = prompt.new_empty(n_new)
     last = prompt[-1:]  # (1,)
     for i in range(n_new):
@@ -139,7 +134,7 @@ def generate_plain(model, prompt: torch.Tensor, n_new: int, *, temperature: floa
         last = decode_step(model, cache, last, temperature=temperature, top_k=top_k, generator=generator)  # (1,)
         out[i] = last[0]
         if log is not None:
-            _sync(out)
+            sync(out)
             log.record_round(0, 1, verify_time=time.perf_counter() - t0)
     return out
 
@@ -160,20 +155,20 @@ def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int
     _check_prompt(prompt, draft, n_new, extra=k)
     if draft.vocab != target.vocab:
         raise ValueError(f"draft and target must share a vocabulary, got {draft.vocab} and {target.vocab}")
-    temperature, top_k = _policy(temperature, top_k)
+    temperature, top_k = check_policy(temperature, top_k)
     generator = check_generator(generator)
     _check_log(log, k)
     L = prompt.numel()
     seq = prompt.new_empty(L + n_new + k + 1)  # committed tokens (and room for one overshooting block)
     seq[:L] = prompt
-    t_cache, d_cache = _prefill(target, prompt), _prefill(draft, prompt)
+    t_cache, d_cache = prefill(target, prompt), prefill(draft, prompt)
     n = L  # committed so far
     while n < L + n_new:
         t0 = time.perf_counter()
         # draft: catch up on committed tokens it has not read (1, or 2 after a full block), then k steps
         proposals, q_rows = draft_block(draft, d_cache, seq[d_cache.length:n], k, temperature=temperature, top_k=top_k,
                                         generator=generator)
-        _sync(proposals)
+        sync(proposals)
         t1 = time.perf_counter()
         a, nxt = verify_round(target, t_cache, d_cache, seq[n - 1:n], proposals, q_rows, n=n,
                               temperature=temperature, top_k=top_k, generator=generator)
@@ -197,7 +192,7 @@ def exact_continuations(model, prompt: torch.Tensor, horizon: int, *, temperatur
     """
     horizon = check_int("horizon", horizon, minimum=1)
     prompt = _check_prompt(prompt, model, horizon)
-    temperature, top_k = _policy(temperature, top_k)
+    temperature, top_k = check_policy(temperature, top_k)
     V, L = model.vocab, prompt.numel()
     if V ** horizon > 1 << 16:
         raise ValueError(f"V**horizon = {V ** horizon} continuations is too many to enumerate (max 65536)")

@@ -1,0 +1,9 @@
+"""The lab: a real causal transformer pair, speculative decoding on it, and the cost equation against the clock.
+
+transformer  the course's one causal LM with a croppable KV cache (CachedLM; Act II's TinyCausalLM)
+alignment    the block-versus-incremental alignment test
+corpus       the standard library's source as bytes, and held-out prompts
+weights      the trained target/draft pair (load_pair; `make models` retrains it)
+generation   plain and speculative decoding, built from the phases the clock times
+measure      the cost terms, timed, and the predicted speedup against the measured one
+"""

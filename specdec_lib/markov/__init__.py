@@ -1,0 +1,10 @@
+"""Act II's testbed: a Markov chain small enough to enumerate, and every block decoder on it.
+
+chain        the reference chain (target P, draft Q, bad draft Q_bad) and its exact sequence distribution
+spec         DecoderSpec: how a decoder drafts, verifies and commits (the correct one is the default)
+registry     the correct decoder and every registered bug, with its reference; make_decoder
+reference    the block decoder for one sequence, written to be read
+batched      the same decoder for n sequences at once (decode_markov), tested against the reference
+exact        the decoder's exact output distribution, with no sampling (exact_decoder_distribution)
+q_contract   does a drafter sample the q it reports?
+"""

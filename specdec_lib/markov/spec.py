@@ -1,0 +1,77 @@
+"""The decoder spec: how one block decoder on the Markov chain drafts, verifies and commits, and its tables.
+
+The correct decoder is the default `DecoderSpec`; every registered bug (registry.py) changes one or two
+fields, the way each bug changed one or two lines of a real implementation. Every field is a `Literal` (or a
+bool) checked on construction, so a typo such as residual="normalized" fails loudly instead of silently
+meaning something else. The reference decoder, the batched decoder and the exact engine all read the spec.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal, get_args, get_type_hints
+
+import torch
+
+from .._checks import check_choice
+from ..policy import policy_table
+
+Table = Literal["Q", "Q_bad", "argmax_Q", "top2_Q"]
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """How one block decoder on the Markov chain drafts, verifies and commits."""
+
+    propose: Table = "Q"  # what the draft samples: Q | Q_bad | argmax_Q (greedy) | top2_Q (top-k = 2)
+    ratio: Literal["Q", "Q_bad"] = "Q"  # the q the verifier puts in p/q and [p - q]_+
+    # the draft's state for proposal 1: the committed text | where its cache was left | one token too far back
+    draft_context: Literal["committed", "own_last_proposal", "one_too_far"] = "committed"
+    ratio_context: Literal["draft", "committed"] = "draft"  # where the verifier evaluates q for proposal 1
+    judge: Literal["aligned", "off_by_one"] = "aligned"  # target row for proposal j: before y_j | at y_j
+    acceptance: Literal["ratio", "match"] = "ratio"  # u < min(1, p/q) | a target sample equals y
+    verify_first: bool = True  # False: proposal 1 is committed unverified
+    # what a rejection samples: [p - q]_+ normalised | softmax of [p - q]_+ | p | p without the rejected y
+    residual: Literal["normalised", "softmax", "target", "single_token"] = "normalised"
+    residual_uniform: Literal["fresh", "reused"] = "fresh"  # reused: the rejected slot's acceptance uniform
+    bonus: Literal["target", "draft"] = "target"  # the bonus after a full block: target P | draft Q
+    keep_rejected: bool = False  # the rejected proposal stays in the output before the correction
+    phantom: bool = False  # an unverified draft token is appended after every round
+    policy: tuple = ()  # the request's sampling policy, e.g. (("top_p", 0.8),)
+    policy_on_target: bool = True  # False: the policy reaches the draft but not the target
+
+    def __post_init__(self) -> None:
+        hints = get_type_hints(DecoderSpec)
+        for f in fields(self):
+            value, kind = getattr(self, f.name), hints[f.name]
+            if kind is bool and not isinstance(value, bool):
+                raise TypeError(f"DecoderSpec.{f.name} must be a bool, got {value!r}")
+            if get_args(kind):
+                check_choice(f"DecoderSpec.{f.name}", value, get_args(kind))
+        if not isinstance(self.policy, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in self.policy):
+            raise TypeError(f"DecoderSpec.policy must be a tuple of (name, value) pairs, got {self.policy!r}")
+
+
+def spec_tables(spec: DecoderSpec, P: torch.Tensor, Q: torch.Tensor, Q_bad: torch.Tensor | None):
+    """(target, propose, ratio, draft) tables for a spec: the policy applied as the spec says, then the draft's bug."""
+    policy = dict(spec.policy)
+    target = policy_table(P, **policy) if spec.policy_on_target else P
+    Q = policy_table(Q, **policy)
+    Q_bad = None if Q_bad is None else policy_table(Q_bad, **policy)
+    tables = {"Q": Q, "Q_bad": Q_bad,
+              "argmax_Q": torch.nn.functional.one_hot(Q.argmax(-1), Q.shape[-1]).to(Q.dtype),
+              "top2_Q": policy_table(Q, top_k=2)}
+    return target, tables[spec.propose], tables[spec.ratio], Q
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """A validated decoder: its spec, its four (V, V) tables, and where and how far it runs."""
+
+    spec: DecoderSpec
+    target: torch.Tensor  # P under the policy (the target's own table), or raw P when the policy misses it
+    propose: torch.Tensor  # the table that really samples proposals
+    ratio: torch.Tensor  # the table the verifier believes produced them
+    draft: torch.Tensor  # the draft model's own (post-policy) table
+    start: int
+    horizon: int
+    k: int
