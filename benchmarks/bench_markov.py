@@ -1,7 +1,9 @@
 """Batched decode_markov against a one-sequence-at-a-time loop of the same algorithm, at the same M.
 
 Run with `make bench`. The loop is written the way the post writes it (torch calls per token, one
-sequence at a time); it lives here and not in the library. Both use one thread.
+sequence at a time); it lives here and not in the library (the library's readable one-sequence decoder is
+specdec_lib/markov/reference.py). Both use one thread, and they take turns: the loop runs in pieces with a
+batched run before each, so a machine whose speed drifts slows both alike.
 """
 from __future__ import annotations
 
@@ -42,24 +44,27 @@ def loop_decode(P, Q, start: int, horizon: int, k: int, generator: torch.Generat
     return tuple(seq[1:horizon + 1])
 
 
-def time_batched(ch, M: int, k: int, repeats: int) -> float:
-    """Median seconds of decode_markov for M sequences."""
-    g = torch.Generator().manual_seed(0)
-    sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, n=min(M, 1000), generator=g)  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, n=M, generator=g)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def time_loop(ch, M: int, k: int) -> tuple[float, torch.Tensor]:
-    """Seconds for M sequences decoded one at a time, and the samples (to check they agree)."""
-    g = torch.Generator().manual_seed(1)
+def batched_seconds(ch, M: int, k: int, g: torch.Generator) -> float:
+    """Seconds of one decode_markov call for M sequences."""
     t0 = time.perf_counter()
-    out = [loop_decode(ch.P, ch.Q, ch.start, ch.horizon, k, g) for _ in range(M)]
-    return time.perf_counter() - t0, torch.tensor(out)
+    sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, n=M, generator=g)
+    return time.perf_counter() - t0
+
+
+def head_to_head(ch, M: int, k: int, chunks: int) -> tuple[list[float], list[float], torch.Tensor]:
+    """(batched seconds, loop seconds per chunk, loop samples): the loop's M sequences in `chunks` pieces, one
+    batched run of all M before each piece, so both sample the same moments of a machine whose speed drifts."""
+    g_batch, g_loop = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
+    for _ in range(3):  # warm-up
+        batched_seconds(ch, M, k, g_batch)
+    batched, loop, out = [], [], []
+    for c in range(chunks):
+        batched.append(batched_seconds(ch, M, k, g_batch))
+        size = M // chunks + (c < M % chunks)
+        t0 = time.perf_counter()
+        out += [loop_decode(ch.P, ch.Q, ch.start, ch.horizon, k, g_loop) for _ in range(size)]
+        loop.append(time.perf_counter() - t0)
+    return batched, loop, torch.tensor(out)
 
 
 def main() -> None:
@@ -67,26 +72,31 @@ def main() -> None:
     parser.add_argument("--M", type=int, default=60_000, help="sequences for the head-to-head run")
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--big", type=int, default=1_000_000, help="sequences for the batched-only run")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=7, help="timings of the batched-only run")
+    parser.add_argument("--chunks", type=int, default=20, help="pieces of the loop, a batched run before each")
     args = parser.parse_args()
     torch.set_num_threads(1)
     ch = sd.reference_chain()
     exact = sd.exact_sequence_distribution(ch.P, ch.start, ch.horizon)
 
-    t_batched = time_batched(ch, args.M, args.k, args.repeats)
-    t_loop, loop_samples = time_loop(ch, args.M, args.k)
+    batched, loop, loop_samples = head_to_head(ch, args.M, args.k, args.chunks)
+    t_batched, t_loop = statistics.median(batched), sum(loop)
+    per_chunk = [lp * args.chunks / b for lp, b in zip(loop, batched)]  # each piece's ratio, scaled to M
     g = torch.Generator().manual_seed(2)
-    batched_samples = sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=args.k, n=args.M, generator=g)
-    t_big = time_batched(ch, args.big, args.k, max(3, args.repeats // 2))
+    batched_samples = sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=args.k, n=args.M,
+                                       generator=g)
+    g_big = torch.Generator().manual_seed(3)
+    t_big = statistics.median(batched_seconds(ch, args.big, args.k, g_big) for _ in range(args.repeats))
 
     print(f"reference chain V=5, horizon {ch.horizon}, k = {args.k}, one thread, torch {torch.__version__}")
     print(f"{'decoder':<34}{'M':>11}{'seconds':>11}{'us / sequence':>15}{'TV vs exact':>13}")
     print(f"{'per-sample loop (the post style)':<34}{args.M:>11,}{t_loop:>11.3f}{1e6 * t_loop / args.M:>15.2f}"
           f"{sd.sequence_tv(loop_samples, exact):>13.4f}")
-    print(f"{'batched decode_markov':<34}{args.M:>11,}{t_batched:>11.4f}{1e6 * t_batched / args.M:>15.3f}"
+    print(f"{'batched decode_markov (median)':<34}{args.M:>11,}{t_batched:>11.4f}{1e6 * t_batched / args.M:>15.3f}"
           f"{sd.sequence_tv(batched_samples, exact):>13.4f}")
-    print(f"{'batched decode_markov':<34}{args.big:>11,}{t_big:>11.4f}{1e6 * t_big / args.big:>15.3f}")
-    print(f"\nspeed ratio at M = {args.M:,}: {t_loop / t_batched:.0f}x  (loop seconds / batched seconds, same run)")
+    print(f"{'batched decode_markov (median)':<34}{args.big:>11,}{t_big:>11.4f}{1e6 * t_big / args.big:>15.3f}")
+    print(f"\nspeed ratio at M = {args.M:,}: {t_loop / t_batched:.0f}x  (loop seconds / median batched seconds, "
+          f"{args.chunks} interleaved pieces; per piece {min(per_chunk):.0f}x to {max(per_chunk):.0f}x)")
     print(f"extrapolated ratio at M = {args.big:,}: {t_loop / args.M * args.big / t_big:.0f}x "
           f"(loop time scaled linearly from M = {args.M:,})")
 

@@ -1,7 +1,7 @@
 """The cost equation against the clock: predicted S(k) = E[N(k)] / (k c_d + c_v(k)) beside measured speedup.
 
 Run with `make measure` (after `make models`, whose weights are committed). On the trained target/draft
-pair (specdec_lib/weights/pair.pt), one thread, sampling at temperature 1 unless told otherwise: for every
+pair (specdec_lib/lab/weights/pair.pt), one thread, sampling at temperature 1 unless told otherwise: for every
 repeat, held-out stdlib prompt and k = 1..8, it times T_1, D(k) and V(k) round-robin, then decodes the
 prompt plainly and speculatively back to back (a pair). It prints, per k, c_d and c_v(k) (medians over
 pairs), the measured tokens per round E[N], the predicted speedup, the measured one (median and quartiles

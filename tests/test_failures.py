@@ -8,7 +8,6 @@ import torch
 from stats import rate_bound, tv_bound
 
 import specdec_lib as sd
-from specdec_lib.markov.batched import cdf_table, draw
 from specdec_lib.markov.q_contract import check_q_contract
 from specdec_lib.markov.registry import MODES, FailureMode, failure_modes
 from specdec_lib.markov.spec import DecoderSpec, spec_tables
@@ -109,8 +108,7 @@ def test_bonus_bug_hides_when_blocks_outrun_the_horizon():
 # --- the q contract: the drafter's real output must match the q it reports --------------------------
 def drafter(mode):
     _, propose, ratio, _ = spec_tables(MODES[mode].spec, CH.P, CH.Q, CH.Q_bad)
-    cdf = cdf_table(propose)
-    return (lambda states, g: draw(cdf[states], torch.rand(states.shape[0], dtype=torch.float64, generator=g))), ratio
+    return (lambda states, g: sd.sample_rows(propose[states], g)), ratio  # a drafter that samples `propose`
 
 
 @pytest.mark.parametrize("mode, holds", [("correct", True), ("bad_draft", True), ("greedy_draft_softmax_q", False),

@@ -5,7 +5,7 @@ sorted by name, read as bytes (vocabulary 256); every 10th file is held out for 
 (specdec_lib.lab.corpus). Both models are trained from fixed seeds with fixed step counts on the CPU,
 so a rerun reproduces the weights bit for bit only with the same Python version (the standard library's
 files differ between versions), the same torch version and the same thread count (TRAIN_THREADS).
-Writes specdec_lib/weights/pair.pt (float16 weights and both configs; loaded by sd.load_pair()).
+Writes specdec_lib/lab/weights/pair.pt (float16 weights and both configs; loaded by sd.load_pair()).
 
 usage: python tools/train_models.py [--steps-scale X]   (X < 1 for a quick smoke run; writes nothing unless --out)
 """
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every step count (smoke runs)")
     parser.add_argument("--out", type=pathlib.Path, default=None,
-                        help="weights file (default specdec_lib/weights/pair.pt for a full run)")
+                        help="weights file (default specdec_lib/lab/weights/pair.pt for a full run)")
     args = parser.parse_args(argv)
     torch.set_num_threads(TRAIN_THREADS)
     out = args.out or (weights.WEIGHTS_DIR / weights.WEIGHTS_FILE if args.steps_scale == 1.0 else None)

@@ -4,15 +4,18 @@ reference.py decodes one sequence, step by step, as the algorithm reads. This mo
 for every unfinished sequence together. On a Markov chain everything a round needs depends on one or two
 states, so it is precomputed as tables, flattened so that one gather reads a whole batch:
 
-  acc[(r V + c) V + y]         = min(1, P[r, y] / R[c, y])   target row r judges y, believed drawn by R[c]
-  fix_cdf[(r V + c) V + y]     = CDF of what rejecting y samples, for target row r and believed state c
-  fix_cdf[V^3 + y_k]           = CDF of the bonus token after a full block ending in y_k
+  acc[(r V + c) V + y]     = min(1, P[r, y] / R[c, y])   target row r judges y, believed drawn by R[c]
+  fix[(r V + c) V + y]     = CDF of what rejecting y samples, for target row r and believed state c
+  fix[V^3 + y_k]           = CDF of the bonus token after a full block ending in y_k
 
 Every draw is an inverse-CDF lookup: token = #{i : cdf[i] <= u} for a uniform u. A round draws its uniforms
 as one (2k + 1 [+ 1], m) block: k for drafting, k for the acceptance tests, one for the residual or bonus
-token (and one for a phantom token). The reference decoder reads the same uniforms in the same order.
+token (and one for a phantom token). The reference decoder reads the same uniforms in the same order, and
+the batched one reads them one slot at a time over all m sequences, as one-dimensional gathers.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
@@ -34,9 +37,16 @@ def cdf_table(weights: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.arange(V) >= last, torch.inf, cdf)  # rounding can never hand u < 1 to a zero-mass tail
 
 
-def draw(cdf_rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Tokens (m,) from CDF rows (m, V) and uniforms (m,): the number of CDF entries at or below u."""
-    return (cdf_rows <= u[:, None]).sum(1)
+def draw(cdf_cols: torch.Tensor, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Tokens (m,) from rows (m,) of a CDF table and uniforms (m,): the number of entries of the row <= u.
+
+    cdf_cols is the table transposed, (V, rows): column i of every row, contiguous, so the count is V - 1
+    one-dimensional gathers (the last entry of a row is +inf and never counts).
+    """
+    count = (cdf_cols[0].take(rows) <= u).view(torch.uint8)  # a bool is a byte: counting them needs no cast
+    for col in cdf_cols[1:-1]:
+        count = count + (col.take(rows) <= u).view(torch.uint8)
+    return count.long()
 
 
 def accept_table(P: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
@@ -70,82 +80,81 @@ def tables(dec: Decoder) -> dict:
     """Every table a round reads, flattened for gathers (see the module docstring for the indices)."""
     V, spec = dec.target.shape[0], dec.spec
     bonus = cdf_table(dec.target if spec.bonus == "target" else dec.draft)  # (V, V) indexed by y_k
-    return {"draft_cdf": cdf_table(dec.propose), "target_cdf": cdf_table(dec.target),
-            "acc": accept_table(dec.target, dec.ratio).reshape(-1),  # (V^3,)
-            "fix_cdf": torch.cat([residual_table(dec.target, dec.ratio, spec.residual).reshape(V ** 3, V), bonus]),
-            "phantom_cdf": cdf_table(dec.draft)}
+    fix = torch.cat([residual_table(dec.target, dec.ratio, spec.residual).reshape(V ** 3, V), bonus])
+    cols = {name: table.T.contiguous() for name, table in  # CDF tables transposed, for draw
+            {"draft": cdf_table(dec.propose), "target": cdf_table(dec.target), "fix": fix,
+             "phantom": cdf_table(dec.draft)}.items()}
+    return {"V": V, "acc": accept_table(dec.target, dec.ratio).reshape(-1), **cols}  # acc: (V^3,)
 
 
-def draft_proposals(t: dict, d0: torch.Tensor, k: int, u: torch.Tensor) -> torch.Tensor:
-    """Step 1, draft: (m, k + 1) states, d0 then y_1 .. y_k, each proposal drawn from the state before it."""
-    dctx = torch.empty(d0.shape[0], k + 1, dtype=torch.long)
-    dctx[:, 0] = d0
-    for j in range(k):
-        dctx[:, j + 1] = draw(t["draft_cdf"].index_select(0, dctx[:, j]), u[j])
-    return dctx
+class Round(NamedTuple):
+    """What one round did to each of m sequences: it commits columns 0 .. where of proposals + [token]."""
+
+    proposals: list[torch.Tensor]  # k x (m,) y_1 .. y_k
+    token: torch.Tensor  # (m,) the target's token, the last one committed
+    where: torch.Tensor  # (m,) its column: A, or A + 1 when a rejected proposal is kept before it
+    accepted: torch.Tensor  # (m,) A, the accepted proposals
+    last_proposal: torch.Tensor  # (m,) y_k, where the draft stopped (its own state, if nobody trims its cache)
+
+    def write(self, buf: torch.Tensor, ids: torch.Tensor, at: torch.Tensor) -> None:
+        """Write the round into rows ids of buf from column at: y_1 .. y_k, then the token over column `where`.
+        Columns past `where` hold scratch, overwritten by the next round (a round never writes past at + k)."""
+        if ids.numel() == buf.shape[0] and not at.any():  # the first round: every row, from column 0
+            for j, y in enumerate(self.proposals):
+                buf[:, j] = y
+            buf[ids, self.where] = self.token
+            return
+        flat, base = buf.view(-1), ids * buf.shape[1] + at  # (m,) where each row's round starts in flat buf
+        for j, y in enumerate(self.proposals):
+            flat[base + j] = y
+        flat[base + self.where] = self.token
 
 
-def accept_flags(spec: DecoderSpec, t: dict, judge, qctx, props, u_acc) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Step 2, verify: per-slot test outcomes (m, k), and the target's own samples when acceptance is by match."""
-    V, k = t["draft_cdf"].shape[0], props.shape[1]
-    sample = None
-    if spec.acceptance == "match":  # a target sample per slot; a slot passes when it equals the proposal
-        sample = torch.stack([draw(t["target_cdf"][judge[:, j]], u_acc[:, j]) for j in range(k)], 1)
-        ok = sample == props
-    else:  # u < min(1, p_j(y_j) / q_j(y_j)), read from the flat table at (judge, believed state, proposal)
-        ok = u_acc < t["acc"].take((judge * V + qctx) * V + props)
-    if not spec.verify_first:
-        ok[:, 0] = True
-    return ok, sample
+def run_round(spec: DecoderSpec, t: dict, s, d0, k: int, u) -> Round:
+    """One round for m sequences in committed state s (m,), draft state d0 (m,), uniforms u (2k + 1 [+ 1], m).
 
-
-def target_token(spec: DecoderSpec, t: dict, judge, qctx, props, u_acc, u_fix, accepted, sample):
-    """Step 3, the target's token (m,): the residual draw at the first rejection, or the bonus after a full block.
-
-    With residual_uniform == "reused" the residual draw reuses the rejected slot's acceptance uniform. Given
-    a rejection at acceptance probability a, that uniform is U(a, 1), not U(0, 1): the draw lands in the top
-    1 - a of the residual's CDF, so its law is (|[lo_z, hi_z] intersect [a, 1]|) / (1 - a) for token z.
+    The same four steps as reference.decode_one, each over all m sequences, one slot at a time.
     """
-    V, k = t["draft_cdf"].shape[0], props.shape[1]
-    full = accepted == k
-    bonus_row = V ** 3 + props[:, -1]  # the bonus rows follow the V^3 residual rows
-    slot = accepted.clamp(max=k - 1)[:, None]  # (m, 1) the rejected slot (clamped for full blocks)
-    if spec.acceptance == "match":  # at a mismatch, the target's own sample is the token
-        bonus = draw(t["fix_cdf"].index_select(0, bonus_row), u_fix)
-        return torch.where(full, bonus, sample.gather(1, slot).squeeze(1))
-    at = (judge.gather(1, slot) * V + qctx.gather(1, slot)) * V + props.gather(1, slot)  # residual row
-    if spec.residual_uniform == "reused":
-        u_fix = torch.where(full, u_fix, u_acc.gather(1, slot).squeeze(1))
-    return draw(t["fix_cdf"].index_select(0, torch.where(full, bonus_row, at.squeeze(1))), u_fix)
-
-
-def commit(spec: DecoderSpec, props, accepted, nxt) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step 4, commit: (tokens (m, k + 2), emitted (m,)). A round writes at most k + 2 tokens: the k proposals,
-    then the target's token; keep_rejected puts the rejected proposal before it, hence the second spare column.
-    Columns past `emitted` are scratch, overwritten by the next round."""
-    rejected = accepted < props.shape[1]
-    where = accepted + (spec.keep_rejected & rejected).long()  # (m,) column of the target's token
-    tokens = torch.cat([props, nxt[:, None], nxt[:, None]], 1).scatter(1, where[:, None], nxt[:, None])
-    return tokens, where + 1
-
-
-def run_round(spec: DecoderSpec, t: dict, s, d0, k: int, u):
-    """One round for m sequences in committed state s (m,), draft state d0 (m,): (tokens, emitted, accepted, y_k)."""
-    if k == 0:  # plain decoding: the "bonus" is a target draw from s
-        nxt = draw(t["fix_cdf"].index_select(0, t["draft_cdf"].shape[0] ** 3 + s), u[0])
-        tokens, emitted = commit(spec, s[:, None][:, :0], torch.zeros_like(s), nxt)
-        return tokens, emitted, torch.zeros_like(s), s
-    dctx = draft_proposals(t, d0, k, u)
-    props = dctx[:, 1:]  # (m, k)
-    tctx = torch.cat([s[:, None], props[:, :-1]], 1)  # (m, k) committed state before each proposal
-    qctx = dctx[:, :k] if spec.ratio_context == "draft" else tctx  # where the verifier evaluates q
-    judge = props if spec.judge == "off_by_one" else tctx  # the target row that judges each proposal
-    u_acc = u[k:2 * k].T  # (m, k)
-    ok, sample = accept_flags(spec, t, judge, qctx, props, u_acc)
-    accepted = ok.long().cumprod(-1).sum(-1)  # (m,) the accepted prefix: slots before the first failure
-    nxt = target_token(spec, t, judge, qctx, props, u_acc, u[2 * k], accepted, sample)
-    tokens, emitted = commit(spec, props, accepted, nxt)
-    return tokens, emitted, accepted, props[:, -1]
+    V = t["V"]
+    # 1. draft: k proposals, each drawn from the draft's state before it
+    d = [d0]
+    for j in range(k):
+        d.append(draw(t["draft"], d[j], u[j]))
+    props = d[1:]
+    # 2. verify slot by slot; a sequence stays alive until its first rejection
+    alive = torch.ones_like(s, dtype=torch.bool)
+    accepted = torch.zeros_like(s)
+    row = V ** 3 + (props[-1] if k else s)  # the row the target's token is drawn from: the bonus row, until
+    u_fix = u[2 * k]                        # a rejection replaces it by that slot's residual row
+    sample_at = torch.zeros_like(s)  # match acceptance: the target's own sample at the first mismatch
+    for j, y in enumerate(props):
+        committed = s if j == 0 else props[j - 1]  # the committed state right before y
+        judge = y if spec.judge == "off_by_one" else committed  # the target row that judges y
+        qctx = d[j] if spec.ratio_context == "draft" else committed  # where the verifier evaluates q
+        index = (judge * V + qctx) * V + y  # into acc, and the residual row of fix
+        if spec.acceptance == "match":
+            sample = draw(t["target"], judge, u[k + j])
+            ok = sample == y
+        else:
+            ok = u[k + j] < t["acc"].take(index)
+        if j == 0 and not spec.verify_first:
+            ok = torch.ones_like(ok)
+        rejected = alive & ~ok  # rejected here, at the first failure
+        if spec.acceptance == "match":
+            sample_at = torch.where(rejected, sample, sample_at)
+        row = torch.where(rejected, index, row)
+        if spec.residual_uniform == "reused":  # the rejected slot's acceptance uniform: U(a, 1), not U(0, 1)
+            u_fix = torch.where(rejected, u[k + j], u_fix)
+        alive &= ok
+        accepted += alive
+    # 3. the target's token: the residual draw at the first rejection, or the bonus after a full block
+    nxt = draw(t["fix"], row, u_fix)
+    if spec.acceptance == "match":  # at a mismatch the target's own sample is the token
+        nxt = torch.where(alive, nxt, sample_at)
+    # 4. what to commit: the accepted proposals, then the target's token in column `where` (a kept rejected
+    # proposal sits before it, in column A)
+    where = accepted + (spec.keep_rejected & ~alive).long()
+    return Round(proposals=props, token=nxt, where=where, accepted=accepted, last_proposal=props[-1] if k else s)
 
 
 def decode_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, n: int,
@@ -166,37 +175,39 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int,
     generator = check_generator(generator)
     if log is not None and getattr(log, "k", None) != dec.k:
         raise ValueError(f"log must be a SpecDecodeLog with the same k = {dec.k}")
-    spec, k, horizon, t = dec.spec, dec.k, dec.horizon, tables(dec)
+    return decode_tables(dec, tables(dec), n=n, generator=generator, log=log)
 
-    width = horizon + k + 3  # committed tokens, plus room for one round's overshoot
+
+def decode_tables(dec: Decoder, t: dict, *, n: int, generator: torch.Generator | None, log=None) -> torch.Tensor:
+    """decode_markov's loop, for a validated decoder and its tables (built once when decoding many batches)."""
+    spec, k, horizon = dec.spec, dec.k, dec.horizon
+
+    width = horizon + k + 1  # committed tokens, plus room for one round's overshoot (a round writes k + 1)
     buf = torch.empty(n, width, dtype=torch.long)
-    length = torch.zeros(n, dtype=torch.long)  # tokens committed per sequence
-    last = torch.full((n,), dec.start, dtype=torch.long)  # last committed token: the Markov state
-    before = torch.full((n,), dec.start, dtype=torch.long)  # the committed token before it (start when none)
-    draft_last = torch.full((n,), dec.start, dtype=torch.long)  # where an untrimmed draft cache left the draft
-    live = torch.arange(n)  # unfinished sequences
-    while live.numel():
-        m = live.numel()
-        u = torch.rand(2 * k + 1 + spec.phantom, m, dtype=torch.float64, generator=generator)
-        s = last[live]
-        d0 = {"committed": s, "own_last_proposal": draft_last[live], "one_too_far": before[live]}[spec.draft_context]
-        tokens, emitted, accepted, last_prop = run_round(spec, t, s, d0, k, u)
-        at = length[live]
-        cols = (live * width + at)[:, None] + torch.arange(k + 2)  # (m, k+2) flat positions of this round's tokens
-        buf.view(-1).index_copy_(0, cols.reshape(-1), tokens.reshape(-1))
+    # the unfinished sequences only, compacted after every round: their rows in buf, tokens committed so far,
+    # the last committed token (the Markov state), the one before it, where an untrimmed draft cache left the draft
+    ids, at = torch.arange(n), torch.zeros(n, dtype=torch.long)
+    last = before = draft_last = torch.full((n,), dec.start, dtype=torch.long)
+    while ids.numel():
+        u = torch.rand(2 * k + 1 + spec.phantom, ids.numel(), dtype=torch.float64, generator=generator)
+        d0 = {"committed": last, "own_last_proposal": draft_last, "one_too_far": before}[spec.draft_context]
+        r = run_round(spec, t, last, d0, k, u)
+        r.write(buf, ids, at)
         if log is not None:  # a round that runs past the horizon retires only the tokens that land inside it
-            log.record_rounds(accepted, emitted=torch.minimum(accepted + 1, horizon - at))
-        at = at + emitted
-        nxt = tokens.gather(1, (emitted - 1)[:, None]).squeeze(1)
+            log.record_rounds(r.accepted, emitted=torch.minimum(r.accepted + 1, horizon - at))
+        at, last = at + r.where + 1, r.token
         if spec.phantom:  # an unverified draft token slips into the history
             more = at < horizon
-            phantom = draw(t["phantom_cdf"][nxt], u[2 * k + 1])
-            buf[live[more], at[more]] = phantom[more]
-            nxt = torch.where(more, phantom, nxt)
+            phantom = draw(t["phantom"], last, u[2 * k + 1])
+            buf.view(-1)[(ids * width + at)[more]] = phantom[more]
+            last = torch.where(more, phantom, last)
             at = at + more.long()
         if spec.draft_context == "one_too_far":  # the committed token before the last one
-            full_seq = torch.cat([torch.full((m, 1), dec.start), buf[live]], 1)  # (m, 1 + W) start, committed
-            before[live] = full_seq.gather(1, (at - 1)[:, None]).squeeze(1)
-        length[live], last[live], draft_last[live] = at, nxt, last_prop
-        live = live[at < horizon]
+            full_seq = torch.cat([torch.full((ids.numel(), 1), dec.start), buf[ids]], 1)  # (m, 1 + W)
+            before = full_seq.gather(1, (at - 1)[:, None]).squeeze(1)
+        draft_last = r.last_proposal
+        keep = at < horizon
+        if not keep.all():
+            keep = keep.nonzero().squeeze(1)
+            ids, at, last, before, draft_last = (x.index_select(0, keep) for x in (ids, at, last, before, draft_last))
     return buf[:, :horizon]

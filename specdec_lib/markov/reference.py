@@ -41,8 +41,10 @@ def decode_one(dec: Decoder, uniforms) -> list[int]:
     spec, k = dec.spec, dec.k
     P, propose, R, D = (t.double().tolist() for t in (dec.target, dec.propose, dec.ratio, dec.draft))
     seq: list[int] = []  # committed tokens
-    last = before = draft_last = dec.start  # last committed token (the Markov state), the one before it, and
-    while len(seq) < dec.horizon:  # where an untrimmed draft cache left the draft (its own last proposal)
+    last = dec.start  # the last committed token: the Markov state
+    before = dec.start  # the committed token before it (a cache rewound one too far starts there)
+    draft_last = dec.start  # where an untrimmed draft cache left the draft: its own last proposal
+    while len(seq) < dec.horizon:
         u = uniforms(2 * k + 1 + spec.phantom)
         # 1. draft: k proposals, each drawn from the draft's state before it
         d = {"committed": last, "own_last_proposal": draft_last, "one_too_far": before}[spec.draft_context]
@@ -58,10 +60,9 @@ def decode_one(dec: Decoder, uniforms) -> list[int]:
             q = R[states[j] if spec.ratio_context == "draft" else committed]  # the q the verifier believes
             if spec.acceptance == "match":  # a target sample that must equal y
                 sample = inverse_cdf(p, u[k + j])
-                ok, a = sample == y, None
+                ok = sample == y
             else:  # u < min(1, p(y) / q(y))
-                a = min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0)
-                ok = u[k + j] < a
+                ok = u[k + j] < (min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0))
             if ok or (j == 0 and not spec.verify_first):
                 continue
             # 3a. a rejection: emit one token from the residual (the target's own sample, for match)
