@@ -12,6 +12,7 @@ from fractions import Fraction
 import torch
 
 from ._checks import SUM_TOL, check_alpha, check_generator, check_int, check_numbers, check_real
+from .verification import accepted_prefix
 
 _ROW_LABEL = 34  # width of the row labels in the printed tables
 _CELL = 9  # width of one position's column
@@ -56,7 +57,7 @@ def simulate_blocks(alpha, k: int, n: int, generator: torch.Generator | None = N
     generator = check_generator(generator)
     u = torch.rand(n, k, generator=generator, dtype=torch.float64)  # (n, k)
     accept = u < rates  # (n, k) flag of proposal j, drawn as if reached
-    return accept.long().cumprod(dim=1).sum(dim=1)  # (n,) length of the accepted prefix
+    return accepted_prefix(accept)  # (n,)
 
 
 def _check_mixture(betas, weights) -> tuple[list[float], list[float]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ._checks import check_int, check_real
+from .verification import accepted_prefix
 
 
 def _seconds(name: str, x) -> float:
@@ -201,7 +202,7 @@ def accepted_counts(accept_flags: torch.Tensor, *, causal: bool = True) -> torch
     if not isinstance(accept_flags, torch.Tensor) or accept_flags.dtype != torch.bool or accept_flags.dim() != 2:
         raise TypeError("accept_flags must be a bool tensor of shape (rounds, k)")
     if causal:
-        return accept_flags.long().cumprod(-1).sum(-1)
+        return accepted_prefix(accept_flags)
     return accept_flags.long().sum(-1)
 
 

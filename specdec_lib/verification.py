@@ -17,6 +17,11 @@ class Verdict:
     tokens: torch.Tensor  # (accepted + 1,) committed tokens
 
 
+def accepted_prefix(ok: torch.Tensor) -> torch.Tensor:
+    """A for each row of test outcomes ok (..., k): the leading run of passes, the slots before the first failure."""
+    return ok.long().cumprod(-1).sum(-1)
+
+
 def verify_batch(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Unchecked batched verification: (accepted (n,), next token (n,)) for p_rows (n, k+1, V), q_rows (n, k, V)."""
@@ -25,7 +30,7 @@ def verify_batch(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Te
     q_x = q_rows.gather(-1, proposals[..., None]).squeeze(-1)  # (n, k) draft prob of each proposal
     u = torch.rand(n, k, dtype=torch.float64, generator=generator, device=p_rows.device)  # (n, k)
     ok = u < accept_ratio(p_x, q_x).double()  # (n, k)
-    accepted = ok.long().cumprod(-1).sum(-1)  # (n,) length of the accepted prefix
+    accepted = accepted_prefix(ok)  # (n,)
     rows = torch.arange(n, device=p_rows.device)
     p_at = p_rows[rows, accepted]  # (n, V) target row at the first rejection, or the bonus row
     q_pad = torch.cat([q_rows, torch.zeros_like(p_rows[:, :1])], dim=1)  # (n, k+1, V); no draft at the bonus slot
@@ -90,7 +95,7 @@ def greedy_batch(p_rows: torch.Tensor, proposals: torch.Tensor) -> tuple[torch.T
     """Unchecked greedy verification: accept while the target's argmax agrees; (accepted (n,), next token (n,))."""
     n, k = proposals.shape
     best = p_rows.argmax(-1)  # (n, k+1) the target's greedy choice at every slot
-    accepted = (best[:, :k] == proposals).long().cumprod(-1).sum(-1)  # (n,)
+    accepted = accepted_prefix(best[:, :k] == proposals)  # (n,)
     return accepted, best.gather(1, accepted[:, None]).squeeze(1)
 
 

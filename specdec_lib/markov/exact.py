@@ -53,6 +53,15 @@ def _fix_law(spec, p: list[float], q: list[float], y: int, a: float) -> list[flo
     return law
 
 
+def _accept_probability(spec, p: list[float], q: list[float], y: int, *, first: bool) -> float:
+    """The chance the test keeps proposal y: min(1, p(y) / q(y)); p(y) when a target sample must match y."""
+    if first and not spec.verify_first:
+        return 1.0
+    if spec.acceptance == "match":
+        return p[y]
+    return min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0)  # as accept_table: p/0 = inf, 0/0 -> 0
+
+
 def _power_rows(table: list[list[float]], steps: int) -> list[list[float]]:
     """Rows of table^steps: where a Markov draft is after `steps` more proposals."""
     V = len(table)
@@ -96,19 +105,14 @@ def _walk(spec, target, propose, ratio, draft, start: int, horizon: int, k: int)
                     settle(seq + (z,), {tctx if k else dlast: 1.0}, mass * w)
             return
         q = ratio[qctx]
-        for y, d in enumerate(propose[dctx]):
+        for y, d in enumerate(propose[dctx]):  # propose y: mass d[y]
             if d <= 0:
                 continue
             p = target[y] if spec.judge == "off_by_one" else target[tctx]
-            if spec.acceptance == "match":
-                a = p[y]
-            else:
-                a = min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0)  # as accept_table: p/0 = inf, 0/0 -> 0
-            if j == 0 and not spec.verify_first:
-                a = 1.0
-            if a > 0:
+            a = _accept_probability(spec, p, q, y, first=j == 0)
+            if a > 0:  # accept it: mass d[y] a, and the walk goes on to the next slot
                 walk(seq + (y,), y, y, y, j + 1, mass * d * a, dlast)
-            if a < 1:
+            if a < 1:  # reject it: mass d[y] (1 - a) fix(z), and the round ends with token z
                 base = seq + (y,) if spec.keep_rejected else seq
                 tail = {s: w for s, w in enumerate(ahead[k - 1 - j][y]) if w > 0}  # the draft ran on to y_k
                 for z, w in enumerate(_fix_law(spec, p, q, y, a)):
