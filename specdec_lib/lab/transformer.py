@@ -131,7 +131,7 @@ class CachedLM(nn.Module):
 
     @torch.no_grad()
     def init_weights(self, seed: int, std: float = 0.02) -> None:
-        """Normal(0, std) weights (residual projections scaled by 1/sqrt(2 n_layer)), zero biases, unit norms."""
+        """Normal weights at weight_std(name, std), zero biases, unit norms, all from one private generator."""
         g = torch.Generator().manual_seed(check_int("seed", seed))
         for name, p in self.named_parameters():
             if name.endswith("bias"):
@@ -139,9 +139,12 @@ class CachedLM(nn.Module):
             elif ".ln_" in name or name.startswith("ln_"):
                 p.fill_(1.0)
             else:
-                residual_out = name.endswith(("proj.weight", "out.weight"))  # scaled down by depth, as in GPT-2
-                scale = 1 / math.sqrt(2 * max(1, self.config.n_layer)) if residual_out else 1.0
-                p.copy_(torch.randn(p.shape, generator=g) * std * scale)
+                p.copy_(torch.randn(p.shape, generator=g) * self.weight_std(name, std))
+
+    def weight_std(self, name: str, std: float) -> float:
+        """GPT-2's init: std everywhere, residual projections scaled down by 1/sqrt(2 n_layer)."""
+        residual_out = name.endswith(("proj.weight", "out.weight"))
+        return std / math.sqrt(2 * max(1, self.config.n_layer)) if residual_out else std
 
     def new_cache(self, batch: int = 1) -> KVCache:
         """An empty cache for `batch` sequences, on this model's device and dtype."""
@@ -193,15 +196,6 @@ class TinyCausalLM(CachedLM):
         super().__init__(LMConfig(vocab=vocab, d_model=d_model, n_head=n_head, n_layer=n_layer, max_len=max_len),
                          seed=self.seed)
 
-    @torch.no_grad()
-    def init_weights(self, seed: int, std: float = 0.02) -> None:
-        """Normal weights at the three scales above, zero biases, unit norms, all from one private generator."""
-        g = torch.Generator().manual_seed(check_int("seed", seed))
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                p.zero_()
-            elif ".ln_" in name or name.startswith("ln_"):
-                p.fill_(1.0)
-            else:
-                scale = self.EMB_STD if "emb" in name else self.HEAD_STD if name.startswith("head") else self.PROJ_STD
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
+    def weight_std(self, name: str, std: float) -> float:
+        """The three scales above, whatever std says."""
+        return self.EMB_STD if "emb" in name else self.HEAD_STD if name.startswith("head") else self.PROJ_STD
