@@ -36,7 +36,7 @@ def passing(checker, fn):
 def solution_namespaces():
     """{notebook: namespace after running its solution cells in order with torch and sd preloaded}."""
     out = {}
-    for path in sorted(NOTEBOOKS.glob("0[1-4]_*.ipynb")):
+    for path in sorted(NOTEBOOKS.glob("0*_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         ns = {"torch": torch, "sd": sd}
         for cell in nb.cells:
@@ -44,7 +44,8 @@ def solution_namespaces():
                 exec(compile(cell.source, f"{path.name}:solution", "exec"), ns)
         checks = [m.groups() for c in nb.cells if "exercise-check" in c.metadata.get("tags", [])
                   for m in CHECK_CALL.finditer(c.source)]
-        out[path.name] = (ns, checks)
+        if checks:  # the notebooks with exercises
+            out[path.name] = (ns, checks)
     return out
 
 
@@ -53,11 +54,11 @@ NS = {name: fn for ns, _ in SOLUTIONS.values() for name, fn in ns.items()
       if callable(fn) and name not in ("torch", "sd")}
 
 
-def test_every_notebook_has_two_to_four_checked_exercises():
-    assert set(SOLUTIONS) == {"01_distribution.ipynb", "02_block_decoder.ipynb", "03_token_accounting.ipynb",
-                              "04_cost_model.ipynb"}
+def test_every_notebook_that_teaches_a_skill_has_checked_exercises():
+    assert set(SOLUTIONS) == {"01_distribution.ipynb", "02_block_decoder.ipynb", "02b_field_guide.ipynb",
+                              "03_token_accounting.ipynb", "04_cost_model.ipynb"}
     for name, (ns, checks) in SOLUTIONS.items():
-        assert 2 <= len(checks) <= 4, name
+        assert 1 <= len(checks) <= 4, name
         for checker, fn in checks:
             assert fn in ns, f"{name}: the check cell names {fn}, which no solution cell defines"
             assert checker in ex.__all__
@@ -326,3 +327,30 @@ def test_solution_namespace_values_match_the_markdown():
     assert NS["speedup"](0.8, 0.15, 8, lambda k: 1 + 0.05 * k) == pytest.approx(1.66497, abs=1e-5)
     assert NS["best_k"](0.9, 0.15, lambda k: 1 + 0.05 * k, k_max=32) == 7
     assert NS["best_k"](0.5, 0.15, lambda k: 1 + 0.5 * k, k_max=32) == 0
+
+
+def test_find_bug_diagnoses():
+    def nearest(order=lambda laws: list(laws), pick=min, exact=False):
+        def fn(freqs, laws):
+            if exact:  # an exact match only: sampled frequencies never have one
+                return next((name for name, law in laws.items() if torch.equal(law, freqs)), None)
+            tv = {name: sd.total_variation(freqs, laws[name]) for name in order(laws)}
+            best = pick(tv.values())
+            return next(name for name, d in tv.items() if abs(d - best) <= 1e-9)  # equal laws: the first name
+        return fn
+
+    passing(ex.check_find_bug, nearest())
+    failing(ex.check_find_bug, nearest(exact=True), "sampled frequencies never equal a law exactly")
+    failing(ex.check_find_bug, nearest(pick=max), "is the farthest law")
+    failing(ex.check_find_bug, nearest(order=lambda laws: list(laws)[::-1]), "have the same law", "correct")
+    failing(ex.check_find_bug, lambda freqs, laws: "correct", "the nearest law is off_by_one's")
+    failing(ex.check_find_bug, lambda freqs, laws: "bug", "return one of the names in laws")
+
+
+def test_find_bug_cases_are_separable():
+    # every case's own law is its unique nearest registered law, up to the group of laws equal to the target's
+    from specdec_lib.exercises import field_guide as fg
+    laws = fg.registry_laws()
+    exact = {m.name for m in sd.failure_modes() if m.exact}
+    for mode, _ in fg.CASES:
+        assert fg.diagnosis(laws[mode], laws) == ("correct" if mode in exact else mode)

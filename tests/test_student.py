@@ -1,5 +1,5 @@
 """The learners' copies (tools/make_student.py): no solution code, and they run top to bottom failing only in the
-check cells, with NotImplementedError. Executing four notebooks takes minutes: marked slow, run by
+check cells, with NotImplementedError. Executing five notebooks takes minutes: marked slow, run by
 `make test-student`."""
 import ast
 import subprocess
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import make_student  # noqa: E402
 
-EXERCISE_NOTEBOOKS = ["01_distribution", "02_block_decoder", "03_token_accounting", "04_cost_model"]
+EXERCISE_NOTEBOOKS = ["01_distribution", "02_block_decoder", "02b_field_guide", "03_token_accounting", "04_cost_model"]
 
 
 def tags(cell):

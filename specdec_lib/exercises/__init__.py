@@ -7,7 +7,7 @@ size (`tv_noise_bound`). An exception raised by the learner's function is report
 NotImplementedError: an unfinished stub re-raises it unchanged.
 
 Act I   check_residual, check_acceptance_probability, check_speculative_sample
-Act II  check_verify_block, check_smallest_catching_m
+Act II  check_verify_block, check_smallest_catching_m; the field guide's check_find_bug
 Act III check_expected_tokens, check_conditional_acceptance
 Act IV  check_speedup, check_best_k
 """
@@ -15,8 +15,9 @@ from ._report import Report
 from .block_decoder import check_smallest_catching_m, check_verify_block
 from .cost_model import check_best_k, check_speedup
 from .distribution import check_acceptance_probability, check_residual, check_speculative_sample
+from .field_guide import check_find_bug
 from .token_accounting import check_conditional_acceptance, check_expected_tokens
 
 __all__ = ["Report", "check_residual", "check_acceptance_probability", "check_speculative_sample",
-           "check_verify_block", "check_smallest_catching_m", "check_expected_tokens",
+           "check_verify_block", "check_smallest_catching_m", "check_find_bug", "check_expected_tokens",
            "check_conditional_acceptance", "check_speedup", "check_best_k"]

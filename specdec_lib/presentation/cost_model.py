@@ -5,18 +5,24 @@ one slider view built from them, and FIGURES for `make figures`.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from matplotlib.colors import TwoSlopeNorm
 
 from .. import cost
+from .._checks import check_int, check_real
+from ..accounting import expected_tokens
 from .style import COLORS, new_figure
 from .widgets import explorer
 
 SLOWER_GID = "slower_than_plain"  # the hatched region S < 1
 PARITY_GID = "parity"  # the contour S = 1
 BEST_K_GID = "best_k"  # markers / labels of the best draft length
+DRAFT_GID, VERIFY_GID, OVERHEAD_GID = "draft_step", "verification", "overhead"  # the speculative lane's bars
+PLAIN_GID = "plain_step"  # the plain-decoding lane's bars, one per target step
+LANE_END_GID = "lane_end"  # the tick where each lane ends
 
 
 @dataclass(frozen=True)
@@ -44,21 +50,64 @@ def _label(c_v) -> str:
     return str(c_v) if isinstance(c_v, LinearCost) else getattr(c_v, "__name__", "c_v(k)")
 
 
+def plot_round_timeline(*, k: int = 4, c_d: float = 0.15, c_v: float | Callable[[int], float] = 1.6,
+                        alpha: float = 0.8, overhead: float = 0.0):
+    """One speculative round against plain decoding for the same expected tokens, on one clock in units of T_1."""
+    k = check_int("k", k, minimum=1)
+    c_d = check_real("c_d", c_d, low=0.0, high=math.inf, high_open=True)
+    overhead = check_real("overhead", overhead, low=0.0, high=math.inf, high_open=True)
+    c_v_k = check_real("c_v(k)" if callable(c_v) else "c_v", c_v(k) if callable(c_v) else c_v,
+                       low=0.0, high=math.inf, low_open=True, high_open=True)
+    e_n = expected_tokens(alpha, k)  # validates alpha
+    speculative = k * c_d + c_v_k + overhead  # the top lane's length
+    fig, ax = new_figure(width=6.4, height=2.8)
+    ax.grid(False)
+    ax.grid(True, axis="x", alpha=0.3)
+    spec_y, plain_y, h = 1.0, 0.0, 0.5
+    for j in range(k):
+        ax.barh(spec_y, c_d, left=j * c_d, height=h, color=COLORS["draft"], edgecolor="white", gid=DRAFT_GID)
+    ax.barh(spec_y, c_v_k, left=k * c_d, height=h, color=COLORS["target"], edgecolor="white", gid=VERIFY_GID)
+    ax.text(k * c_d + c_v_k / 2, spec_y, f"verify\nc_v = {c_v_k:g}", ha="center", va="center", fontsize=8,
+            color="white")
+    if overhead > 0:
+        ax.barh(spec_y, overhead, left=k * c_d + c_v_k, height=h, color=COLORS["neutral"], edgecolor="white",
+                gid=OVERHEAD_GID)
+        ax.text(k * c_d + c_v_k + overhead / 2, spec_y + h / 2 + 0.05, "O", ha="center", va="bottom", fontsize=8)
+    ax.text(0.0, spec_y + h / 2 + 0.05, f"{k} draft steps × c_d = {c_d:g}", ha="left", va="bottom", fontsize=8)
+    steps = [1.0] * int(e_n) + ([e_n - int(e_n)] if e_n > int(e_n) else [])  # E[N(k)] steps of T_1, last partial
+    for j, width in enumerate(steps):
+        ax.barh(plain_y, width, left=float(j), height=h, color=COLORS["target"], alpha=0.45, edgecolor="white",
+                gid=PLAIN_GID)
+    for y, end, what in ((spec_y, speculative, f"round ends at {speculative:.2f} T_1\nretires E[N({k})] = "),
+                         (plain_y, e_n, f"plain ends at {e_n:.2f} T_1\nafter one token per step: ")):
+        ax.plot([end, end], [y - 0.4, y + 0.4], color="black", linewidth=1.5, gid=LANE_END_GID)
+        ax.annotate(f"{what}{e_n:.2f} tokens", (end, y), xytext=(6, 0),
+                    textcoords="offset points", ha="left", va="center", fontsize=8)
+    ax.set_xlim(0, max(speculative, e_n) * 1.45)
+    ax.set_ylim(-0.5, 1.75)
+    ax.set_yticks([plain_y, spec_y], ["plain decoding", "speculative\nround"])
+    ax.set_xlabel("time (units of T_1, one ordinary target decode step)")
+    extra = f", O = {overhead:g}" if overhead > 0 else ""
+    ax.set_title(f"α = {alpha:g}, k = {k}{extra}: S = {e_n:.2f} / {speculative:.2f} = {e_n / speculative:.2f}",
+                 fontsize=10)
+    return fig
+
+
 ALPHAS_FINE = [round(0.30 + 0.01 * i, 2) for i in range(66)]  # the heat map's rows: alpha 0.30 .. 0.95
 C_DS_FINE = [round(0.01 * i, 2) for i in range(51)]  # its columns: c_d 0.00 .. 0.50
 
 
-def plot_speedup_heatmap(*, k: int = 8, c_v: float = 1.6, alphas: Sequence[float] | None = None,
-                         c_ds: Sequence[float] | None = None, point: tuple[float, float] | None = None,
-                         k_max: int = 32):
+def plot_speedup_heatmap(*, k: int = 8, c_v: float | Callable[[int], float] = 1.6,
+                         alphas: Sequence[float] | None = None, c_ds: Sequence[float] | None = None,
+                         point: tuple[float, float] | None = None, k_max: int = 32, overhead: float = 0.0):
     """Speedup S(k) over alpha (rows) x c_d (columns); S < 1 hatched, S = 1 contoured.
 
     point = (alpha, c_d) marks one configuration and annotates its S(k) and its best draft length
-    in 0..k_max at the same c_v.
+    in 0..k_max at the same c_v and overhead (O, in units of T_1).
     """
     alphas = ALPHAS_FINE if alphas is None else list(alphas)
     c_ds = C_DS_FINE if c_ds is None else list(c_ds)
-    grid = cost.speedup_grid(alphas, c_ds, k, c_v)  # (A, C) float64
+    grid = cost.speedup_grid(alphas, c_ds, k, c_v, overhead=overhead)  # (A, C) float64
     fig, ax = new_figure(width=6.4, height=4.2)
     ax.grid(False)
     lo, hi = float(grid.min()), float(grid.max())
@@ -81,8 +130,8 @@ def plot_speedup_heatmap(*, k: int = 8, c_v: float = 1.6, alphas: Sequence[float
         parity.set_gid(PARITY_GID)
     if point is not None:
         alpha, c_d = point
-        s = cost.speedup(alpha, c_d, k, c_v)
-        best = cost.best_k(alpha, c_d, c_v, k_max=k_max)
+        s = cost.speedup(alpha, c_d, k, c_v, overhead=overhead)
+        best = cost.best_k(alpha, c_d, c_v, k_max=k_max, overhead=overhead)
         ax.plot([c_d], [alpha], marker="o", markersize=8, markerfacecolor="white",
                 markeredgecolor="black", linestyle="none", gid=BEST_K_GID, clip_on=False)
         right = c_d > (c_ds[0] + c_ds[-1]) / 2  # keep the label inside the axes
@@ -93,7 +142,9 @@ def plot_speedup_heatmap(*, k: int = 8, c_v: float = 1.6, alphas: Sequence[float
                     bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85})
     ax.set_xlabel("draft cost c_d (target decode steps per draft step)")
     ax.set_ylabel("conditional acceptance α")
-    ax.set_title(f"S(k) at k = {k}, c_v = {_label(c_v)}\nhatched below the S = 1 line: slower than plain decoding",
+    setting = f"c_v(k) = {_label(c_v)}" if callable(c_v) else f"c_v = {_label(c_v)}"
+    setting += f", O = {overhead:g}" if overhead > 0 else ""
+    ax.set_title(f"S(k) at k = {k}, {setting}\nhatched below the S = 1 line: slower than plain decoding",
                  fontsize=10)
     return fig
 
@@ -123,8 +174,9 @@ def plot_k_sweep(*, alphas: Sequence[float] = (0.5, 0.7, 0.9), c_d: float = 0.15
     return fig
 
 
-def cost_explorer(*, alpha: float = 0.8, k: int = 8, c_d: float = 0.15, c_v: float = 1.6, k_max: int = 32):
-    """Sliders for alpha, k, c_d and c_v over plot_speedup_heatmap, with the best k for the settings."""
+def cost_explorer(*, alpha: float = 0.8, k: int = 8, c_d: float = 0.15, c_v: float = 1.6, b: float = 0.0,
+                  overhead: float = 0.0, k_max: int = 32):
+    """Sliders for alpha, k, c_d, c_v(k) = c_v + b k and the overhead O over plot_speedup_heatmap, with the best k."""
     import ipywidgets as widgets
 
     sliders = {
@@ -132,19 +184,28 @@ def cost_explorer(*, alpha: float = 0.8, k: int = 8, c_d: float = 0.15, c_v: flo
         "k": widgets.IntSlider(value=k, min=1, max=k_max, step=1, description="k"),
         "c_d": widgets.FloatSlider(value=c_d, min=0.0, max=0.5, step=0.01, description="c_d"),
         "c_v": widgets.FloatSlider(value=c_v, min=1.0, max=4.0, step=0.1, description="c_v"),
+        "b": widgets.FloatSlider(value=b, min=0.0, max=0.5, step=0.01, description="b",
+                                 tooltip="slope of the verification cost: c_v(k) = c_v + b k"),
+        "overhead": widgets.FloatSlider(value=overhead, min=0.0, max=0.5, step=0.01, description="O",
+                                        tooltip="per-round overhead, in units of T_1"),
     }
 
-    def render(alpha: float, k: int, c_d: float, c_v: float):
-        best, s = cost.best_k(alpha, c_d, c_v, k_max=k_max), cost.speedup(alpha, c_d, k, c_v)
+    def render(alpha: float, k: int, c_d: float, c_v: float, b: float, overhead: float):
+        c_v_k = c_v if b == 0 else LinearCost(c_v, b)  # b = 0: the constant c_v, titled as before
+        best = cost.best_k(alpha, c_d, c_v_k, k_max=k_max, overhead=overhead)
+        s = cost.speedup(alpha, c_d, k, c_v_k, overhead=overhead)
         verdict = "faster" if s >= 1 else "SLOWER"
-        text = (f"α = {alpha:.2f}, c_d = {c_d:.2f}, c_v = {c_v:.1f}: S({k}) = {s:.2f}x ({verdict} than plain); "
+        setting = f"c_v = {c_v:.1f}" if b == 0 else f"c_v(k) = {c_v:.1f} + {b:.2f} k"
+        setting += f", O = {overhead:.2f}" if overhead > 0 else ""
+        text = (f"α = {alpha:.2f}, c_d = {c_d:.2f}, {setting}: S({k}) = {s:.2f}x ({verdict} than plain); "
                 f"best k in 0..{k_max} = {best.k} with S = {best.speedup:.2f}x")
-        return plot_speedup_heatmap(k=k, c_v=c_v, point=(alpha, c_d), k_max=k_max), text
+        return plot_speedup_heatmap(k=k, c_v=c_v_k, point=(alpha, c_d), k_max=k_max, overhead=overhead), text
 
-    return explorer(render, sliders, rows=[["alpha", "k"], ["c_d", "c_v"]])
+    return explorer(render, sliders, rows=[["alpha", "k"], ["c_d", "c_v"], ["b", "overhead"]])
 
 
 FIGURES = {
+    "act4_round_timeline": lambda: plot_round_timeline(),
     "act4_speedup_heatmap": lambda: plot_speedup_heatmap(point=(0.8, 0.40)),  # the post's 0.90! cell
     "act4_k_sweep": lambda: plot_k_sweep(),
     "act4_k_sweep_compute_bound": lambda: plot_k_sweep(c_v=COMPUTE_BOUND),

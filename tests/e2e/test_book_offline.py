@@ -77,6 +77,8 @@ def test_index_links_every_notebook_in_order(book, offline_page):
     assert links.all_inner_texts() == [first_heading(ROOT / "notebooks" / nb) for nb in NOTEBOOKS]
     for href in hrefs:
         assert (book / href).is_file(), f"index links {href}, which the edition lacks"
+    closing = page.locator("a.book-closing")
+    assert closing.get_attribute("href") == "carry_away.html" and (book / "carry_away.html").is_file()
     assert not page.blocked, f"the index tried the network: {page.blocked}"
 
 

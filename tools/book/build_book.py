@@ -39,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 NOTEBOOKS = ROOT / "notebooks"
 ASSET_CACHE = ROOT / "build" / "book-assets"
 EXEC_DIR = ROOT / "build" / "book"
+CLOSING = ROOT / "docs" / "carry_away.md"  # the closing page
 
 # name@version -> sha512 integrity of the registry tarball (what `npm pack --json` reports).
 NPM_PACKAGES = {
@@ -138,6 +139,35 @@ def first_heading(nb) -> str:
     return ""
 
 
+def opening(nb) -> tuple[str, str]:
+    """(the notebook's question: the first paragraph of its opening; what it needs: its "What you'll need" text)."""
+    paras = [p.strip() for p in nb.cells[0].source.split("\n\n")] if nb.cells else []
+    question = next((p for p in paras if p and not p.startswith(("#", "**", ">", "-"))), "")
+    need = next((p for p in paras if p.startswith("**What you'll need")), "")
+    return " ".join(question.split()), " ".join(re.sub(r"^\*\*What you'll need:?\*\*:?\s*", "", need).split())
+
+
+def markdown_html(text: str) -> str:
+    """Markdown to HTML with mistune (what nbconvert itself uses); TeX is left for MathJax."""
+    import mistune
+
+    return mistune.html(text)
+
+
+def markdown_inline(text: str) -> str:
+    """One paragraph of markdown as inline HTML (no enclosing <p>)."""
+    return re.sub(r"^<p>(.*)</p>\s*$", r"\1", markdown_html(text).strip(), flags=re.S)
+
+
+def write_closing_page(out: Path) -> str:
+    """docs/carry_away.md as _book/carry_away.html; returns its title."""
+    text = CLOSING.read_text(encoding="utf-8")
+    title = text.splitlines()[0].lstrip("# ").strip()
+    body = markdown_html(text)
+    (out / "carry_away.html").write_text(PAGE.format(title=html.escape(title), body=body), encoding="utf-8")
+    return title
+
+
 def export(nb, name: str, out: Path, nav: dict) -> None:
     from nbconvert import HTMLExporter
 
@@ -163,33 +193,45 @@ def export(nb, name: str, out: Path, nav: dict) -> None:
     (out / f"{name}.html").write_text(body, encoding="utf-8")
 
 
-INDEX = """\
+HEAD = """\
 <!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1.0">
-<title>specdec: speculative decoding, taught by running it</title>
+<title>{title}</title>
 <style>
   body {{ font-family: system-ui, -apple-system, "Segoe UI", sans-serif; max-width: 46em; margin: 3em auto;
          padding: 0 1em; line-height: 1.5; color: #222; }}
   h1 {{ font-size: 1.6em; }}
   ol {{ padding-left: 1.4em; }}
-  li {{ margin: 0.6em 0; }}
-  .note {{ color: #555; font-size: 0.9em; }}
+  li {{ margin: 0.8em 0; }}
+  .note, .need {{ color: #555; font-size: 0.9em; }}
 </style>
+<script>window.MathJax = {{tex: {{inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]]}}}};</script>
+<script src="_static/mathjax/tex-svg-full.js"></script>
 </head>
 <body>
-<h1>specdec: speculative decoding, taught by running it</h1>
-<p>An offline edition of the four notebooks. Figures and sliders are saved with each page; with no kernel
-behind them, moving a slider does not redraw its figure (run <code>make lab</code> for that).</p>
+"""
+PAGE = HEAD + """{body}
+<p class="note"><a href="index.html">Back to the course map</a></p>
+</body>
+</html>
+"""
+INDEX = HEAD + """<h1>{title}</h1>
+<p>An offline edition of the course: the four Acts of the post, a field guide and a lab. Figures and sliders are
+saved with each page; with no kernel behind them, moving a slider does not redraw its figure (run
+<code>make lab</code> for that).</p>
+<h2>The course map</h2>
 <ol class="book-toc">
 {items}
 </ol>
+<p>Then the closing page: <a class="book-closing" href="carry_away.html">{closing}</a>.</p>
 <p class="note">Built by <code>make book</code> on {date}; every script is served from <code>_static/</code>.</p>
 </body>
 </html>
 """
+TITLE = "specdec: speculative decoding, taught by running it"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,8 +271,14 @@ def main(argv: list[str] | None = None) -> int:
                "next": (f"{names[i + 1]}.html", titles[i + 1]) if i + 1 < len(nbs) else None}
         export(nb, name, out, nav)
         log(f"wrote {out.name}/{name}.html ({titles[i]})")
-    items = "\n".join(f'  <li><a href="{n}.html">{html.escape(t)}</a></li>' for n, t in zip(names, titles))
-    (out / "index.html").write_text(INDEX.format(items=items, date=time.strftime("%Y-%m-%d")), encoding="utf-8")
+    items = []
+    for nb, n, t in zip(nbs, names, titles):
+        question, need = opening(nb)
+        items.append(f'  <li><a href="{n}.html">{html.escape(t)}</a><br>{markdown_inline(question)}'
+                     f'<br><span class="need">You need: {markdown_inline(need)}</span></li>')
+    closing = write_closing_page(out)
+    (out / "index.html").write_text(INDEX.format(title=TITLE, items="\n".join(items), closing=html.escape(closing),
+                                                 date=time.strftime("%Y-%m-%d")), encoding="utf-8")
     (out / "book.json").write_text(json.dumps(
         {"pages": [{"file": f"{n}.html", "title": t} for n, t in zip(names, titles)]}, indent=1) + "\n")
     log(f"wrote {out.name}/index.html; open {out / 'index.html'} ({time.perf_counter() - t_start:.1f} s in all)")
