@@ -1,18 +1,23 @@
 """Act II figures: the five block decoders against the exact target distribution over every sequence.
 
 Pure plotting functions (keyword arguments, defaults = the post's reference chain: V = 5, horizon 3,
-start 0, k = 4) and a dropdown view that redraws the same functions. The math lives in
-specdec_lib.markov (chain, batched, exact).
+start 0, k = 4), a dropdown view that redraws the same functions, and a detectability view: how many
+sequences the end-to-end test needs to catch a registered bug, and where it never can. The math lives in
+specdec_lib.markov (chain, batched, exact, registry).
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
+from .._checks import check_choice, check_int
 from ..markov import batched
 from ..markov import chain as chain_mod
 from ..markov.exact import exact_decoder_distribution
+from ..markov.registry import MODES, failure_modes
 from ..noise import tv_noise_bound, tv_noise_mean
 from ..sampling import total_variation
 from .style import COLORS, new_figure
@@ -172,9 +177,119 @@ def decoder_explorer(*, mode: str = "off_by_one", n: int = 60_000, seed: int = S
 
     return explorer(render, {"mode": dropdown})
 
+# ---- detectability: exact TV, measured TV and the noise bound, at one k and M ------------------------------
+
+SIZES = (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000)  # the M choices, log-spaced
+HORIZON = 3  # the detectability view's horizon: a bonus token lands inside it only when k + 1 <= 3
+
+
+@dataclass(frozen=True)
+class Detectability:
+    """One bug at one k and M: its exact TV from the target it should sample, a run's measured TV, the bound."""
+
+    mode: str
+    k: int
+    M: int
+    exact_tv: float
+    measured_tv: float
+    bound: float  # tv_noise_bound(target, M)
+    caught: bool  # the end-to-end test flags the decoder: measured TV above the bound
+    blind: bool  # a registered bug whose law over the horizon is the target's: no M can catch it
+
+
+@lru_cache(maxsize=8)
+def _laws(mode: str, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(decoder's exact law, the target it should sample: bug.target(P)), both (V,) * HORIZON."""
+    ch = chain_mod.reference_chain()
+    law = exact_decoder_distribution(ch.P, ch.Q, start=ch.start, horizon=HORIZON, k=k, mode=mode, Q_bad=ch.Q_bad)
+    return law, chain_mod.exact_sequence_distribution(MODES[mode].target(ch.P), ch.start, HORIZON)
+
+
+@lru_cache(maxsize=8)
+def _run(mode: str, k: int, n: int, seed: int) -> torch.Tensor:
+    """n sequences (n, HORIZON) of decode_markov(mode) on the reference chain: one run, read at every M."""
+    ch = chain_mod.reference_chain()
+    return batched.decode_markov(ch.P, ch.Q, start=ch.start, horizon=HORIZON, k=k, n=n, mode=mode,
+                                 generator=torch.Generator().manual_seed(seed), Q_bad=ch.Q_bad)
+
+
+def detectability(*, mode: str = "bonus_from_draft", k: int = 2, M: int = N, seed: int = SEED) -> Detectability:
+    """Exact TV, the measured TV of the first M sequences of one seeded run, and tv_noise_bound(target, M)."""
+    mode, k = check_choice("mode", mode, tuple(MODES)), check_int("k", k, minimum=0)
+    M, seed = check_int("M", M, minimum=1), check_int("seed", seed, minimum=0)
+    law, target = _laws(mode, k)
+    samples = _run(mode, k, max(M, SIZES[-1]), seed)[:M]  # (M, HORIZON)
+    exact_tv, measured = total_variation(law, target), chain_mod.sequence_tv(samples, target)
+    bound = tv_noise_bound(target, M)
+    return Detectability(mode, k, M, exact_tv, measured, bound, caught=measured > bound,
+                         blind=not MODES[mode].exact and exact_tv < 1e-12)
+
+
+def detectability_text(d: Detectability) -> str:
+    """The verdict in words: does the end-to-end test catch this bug at this M and k, and why not when it cannot."""
+    exact = "0 (< 1e-12)" if d.exact_tv < 1e-12 else f"{d.exact_tv:.4f}"
+    head = (f"{d.mode}, k = {d.k}, horizon {HORIZON}, M = {d.M:,}: exact TV {exact}, measured TV {d.measured_tv:.4f},"
+            f" noise bound {d.bound:.4f}")
+    if d.blind:
+        why = (f"blind spot: a full block's bonus is token k + 1 = {d.k + 1} or later, past the horizon {HORIZON}, so "
+               f"it never lands inside it;\nthe exact TV is 0 and no M catches the bug (test with k + 1 <= {HORIZON})"
+               if d.mode == "bonus_from_draft" and d.k + 1 > HORIZON else
+               f"blind spot: at k = {d.k} the bug leaves the first {HORIZON} tokens' law unchanged; no M catches it")
+    elif MODES[d.mode].exact:
+        why = "exact decoder: nothing to catch" + (" (a false alarm)" if d.caught else ", and the test passes it")
+    elif d.caught:
+        why = "caught: the measured TV is above the noise bound"
+    else:
+        why = "missed: the measured TV is under the noise bound, so the test passes this broken decoder"
+    return f"{head}\n{why}"
+
+
+def plot_detectability(*, mode: str = "bonus_from_draft", k: int = 2, M: int = N, seed: int = SEED):
+    """Measured TV against M (one run), the noise bound, the exact TV (dashed), and the verdict at the chosen M."""
+    d = detectability(mode=mode, k=k, M=M, seed=seed)
+    target = _laws(d.mode, d.k)[1]
+    samples = _run(d.mode, d.k, max(d.M, SIZES[-1]), seed)
+    sizes = sorted({*SIZES, d.M})
+    fig, ax = new_figure()
+    ax.plot(sizes, tv_by_sample_size(samples, target, sizes), "o-", ms=3, color=COLORS["target"],
+            label="measured TV, one run")
+    ax.plot(sizes, [tv_noise_bound(target, m) for m in sizes], color=COLORS["neutral"], lw=2, alpha=0.6,
+            label="noise bound (the test flags above it)")
+    if d.exact_tv > 1e-9:
+        ax.axhline(d.exact_tv, ls="--", lw=1, color=COLORS["wrong"], label=f"exact TV {d.exact_tv:.4f}")
+    else:  # zero sits off a log axis: say it instead
+        ax.text(0.02, 0.04, "exact TV 0: nothing to find at any M", transform=ax.transAxes, fontsize=9,
+                color=COLORS["wrong"])
+    verdict = "blind spot" if d.blind else "caught" if d.caught else "not flagged"
+    ax.plot([d.M], [d.measured_tv], "o", ms=9, mfc="none", color="black", label=f"M = {d.M:,}: {verdict}")
+    ax.axvline(d.M, color=COLORS["neutral"], lw=0.8, ls=":")
+    ax.set(xscale="log", yscale="log", xlabel="sequences M", ylabel="TV from the target it should sample")
+    ax.set_title(f"{d.mode}, k = {d.k}, horizon {HORIZON}: {verdict} at M = {d.M:,}", fontsize=10)
+    ax.legend(fontsize=8, loc="lower left" if d.exact_tv > 1e-9 else "upper right")  # where the curves leave room
+    return fig
+
+
+def detectability_explorer(*, mode: str = "phantom_history", k: int = 2, M: int = 10_000, seed: int = SEED):
+    """A dropdown of registered modes, sliders for k (1..6) and M (SIZES): plot_detectability and its verdict."""
+    import ipywidgets as widgets
+
+    M = check_choice("M", M, SIZES)
+    controls = {
+        "mode": widgets.Dropdown(options=[m.name for m in failure_modes()], value=mode, description="decoder"),
+        "k": widgets.IntSlider(value=k, min=1, max=6, step=1, description="k"),
+        "M": widgets.SelectionSlider(options=[(f"{m:,}", m) for m in SIZES], value=M, description="M"),
+    }
+
+    def render(mode: str, k: int, M: int):
+        return plot_detectability(mode=mode, k=k, M=M, seed=seed), detectability_text(
+            detectability(mode=mode, k=k, M=M, seed=seed))
+
+    return explorer(render, controls, rows=[["mode"], ["k", "M"]])
+
 
 FIGURES = {
     "act2_decoder_tv": lambda: plot_decoder_tv(n=N),  # N read at call time
     "act2_sequence_distributions": lambda: plot_sequence_distributions(n=N),
     "act2_tv_convergence": lambda: plot_tv_convergence(n=N),
+    "act2_detectability": lambda: plot_detectability(mode="bonus_from_draft", k=2, M=N),
 }
