@@ -30,6 +30,7 @@ from .markov.q_contract import check_q_contract
 from .markov.reference import decode_reference
 from .markov.registry import FailureMode, failure_modes
 from .markov.spec import DecoderSpec
+from .multidraft import multidraft_accept_probability, multidraft_law, multidraft_rules, sample_multidraft
 from .noise import rate_noise, tv_noise_bound, tv_noise_mean
 from .policy import apply_policy, greedy_token, policy_table
 from .sampling import (SAMPLER_MODES, acceptance_probability, empirical, overlap, post_pair, residual,
@@ -59,4 +60,6 @@ __all__ = [
     # Lab: measure it
     "CachedLM", "KVCache", "LMConfig", "n_params", "load_pair", "corpus_prompts", "generate_plain",
     "generate_speculative", "exact_continuations", "time_terms", "time_catch_up", "measure_speedup", "SpeedupTable",
+    # Act V
+    "multidraft_rules", "multidraft_law", "multidraft_accept_probability", "sample_multidraft",
 ]

@@ -1,0 +1,119 @@
+"""Act V: many drafts at one position. Every registered rule, its exact output law and its sampler.
+
+A rule draws n drafts from q and tests them against the target p. The exact ones (SpecInfer's multi-step
+speculative sampling, recursive rejection sampling without replacement, and the two forms of EAGLE-2 / SGLang
+one-hot verification) emit exactly p; the wrong ones are mistakes a careful reader could make, each with its story.
+`multidraft_law` computes the emitted token's law with no sampling, by enumerating the drafts' outcomes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import check_choice, check_distribution, check_generator, check_int, check_same_shape
+from .multidraft_rules import Stages, Walk, count_outcomes, stages_law, stages_sample, walk_law, walk_sample
+
+MAX_TABLE = 4_000_000  # the exact law holds (draft tuples) x (vocabulary) numbers at most
+CHUNK = 1 << 22  # the sampler holds at most about this many numbers per row block
+
+
+@dataclass(frozen=True)
+class MultiDraftRule:
+    """A registered rule: name, one-line description, where it comes from, exact or not, and how it drafts and tests."""
+
+    name: str
+    description: str
+    reference: str
+    exact: bool
+    verifier: Stages | Walk
+
+
+_EAGLE1 = "SafeAILab/EAGLE model/utils.py evaluate_posterior @38d5327fc33af3bed46914fce5b88932fcaa9a26"
+_EAGLE2 = "SafeAILab/EAGLE eagle/model/utils.py evaluate_posterior @8009b6d89d725ff8322728390f049c0f1fd7e04b"
+_SGLANG = ("sgl-project/sglang sgl-kernel/csrc/speculative/speculative_sampling.cuh "
+           "TreeSpeculativeSamplingTargetOnly @120affb9613cc3f5bcd055ec09c7621d3ced0ebc")
+
+_RULES = [
+    MultiDraftRule("mss", "n i.i.d. drafts from q; keep x_i with min(1, p_i/q), else p_{i+1} = norm([p_i - q]_+)",
+                   "SpecInfer multi-step speculative sampling (Miao et al. 2023, arXiv 2305.09781)", True,
+                   Stages("iid", ratio="q", residual="q")),
+    MultiDraftRule("rrs", "drafts without replacement; stage i divides by and subtracts q_i (q without earlier drafts)",
+                   "Jeon et al. 2024 (arXiv 2402.14160); Sequoia (arXiv 2402.12374); EAGLE-1: " + _EAGLE1
+                   + " (the residual subtracts q with the earlier siblings, b_indices, masked and renormalised); "
+                   "SafeAILab/EAGLE #74 (the drafts' q is renormalised: they are drawn without replacement)", True,
+                   Stages("without", ratio="q_i", residual="q_i")),
+    MultiDraftRule("onehot_sequential", "q's top-n tokens as point masses; keep x_i with p_i(x_i), else drop it from p",
+                   "EAGLE-2 (arXiv 2406.16858): " + _EAGLE2 + " (qx = 1.0; gtp[xi] = 0 and renormalise after a "
+                   "rejection); SafeAILab/EAGLE #93, #183", True, Stages("top", ratio="onehot", residual="onehot")),
+    MultiDraftRule("onehot_walk", "q's top-n tokens; one uniform walked along their cumulative target mass, "
+                   "beyond it p without them", _SGLANG + " (one coin per depth against the running sum of the "
+                   "children's target probabilities, at its default thresholds of 1; at the end relu(target - draft) "
+                   "with the tried children's draft entries set to their target probabilities)", True, Walk("top")),
+    MultiDraftRule("walk_duplicate_siblings", "SGLang's walk fed n i.i.d. drafts: a repeated token owns two slices",
+                   "constructed: " + _SGLANG + " adds each sibling's target probability with no duplicate check, "
+                   "which is safe for its distinct top-k siblings; " + _EAGLE2 + " skips repeats "
+                   "(`if xi in candidates_set`)", False, Walk("iid")),
+    MultiDraftRule("rrs_residual_next_q", "rrs, but the rejected draft is removed from q before the residual is taken",
+                   "constructed (an ordering mistake a careful reader could make); " + _EAGLE1 + " masks only the "
+                   "earlier siblings (b_indices[j][i]) before `gtp = gtp - q`", False,
+                   Stages("without", ratio="q_i", residual="q_next")),
+    MultiDraftRule("rrs_original_q", "drafts without replacement, but divided by and subtracted as the original q",
+                   "constructed: the question of SafeAILab/EAGLE #74 (top-k drafts with the unadjusted softmax q); "
+                   "the maintainer's answer: the actual distribution each draft is drawn from is needed", False,
+                   Stages("without", ratio="q", residual="q")),
+    MultiDraftRule("accept_first_pass", "n i.i.d. drafts each judged against the original p; first pass kept, "
+                   "else one residual norm([p - q]_+)", "constructed (a mistake a careful reader could make)", False,
+                   Stages("iid", ratio="q", residual="none", final="first_residual")),
+]
+RULES: dict[str, MultiDraftRule] = {r.name: r for r in _RULES}
+
+
+def multidraft_rules() -> list[MultiDraftRule]:
+    """Every registered multi-draft rule, the exact ones first."""
+    return list(_RULES)
+
+
+def _check(p, q, n, rule) -> tuple[torch.Tensor, torch.Tensor, int, MultiDraftRule]:
+    """Validate (p, q, n, rule); return p and q in float64, renormalised, with n and the rule's record."""
+    p = check_distribution("p", p)
+    q = check_distribution("q", q)
+    check_same_shape("p", p, "q", q)
+    if p.dim() != 1:
+        raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
+    n = check_int("n", n, minimum=1)
+    check_choice("rule", rule, tuple(RULES))
+    p, q = p.double(), q.double()
+    return p / p.sum(), q / q.sum(), n, RULES[rule]
+
+
+def _exact(p, q, n, rule) -> tuple[torch.Tensor, float]:
+    """(law (V,), P(some draft kept)) of a validated rule, by enumeration."""
+    p, q, n, r = _check(p, q, n, rule)
+    count = count_outcomes(q, n, r.verifier.draws)
+    if count * p.numel() > MAX_TABLE:
+        raise ValueError(f"n = {n} gives {count} draft outcomes over q's {int((q > 0).sum())} tokens, a table of "
+                         f"{count * p.numel()} numbers; the exact law holds at most {MAX_TABLE}: use a smaller n or V")
+    engine = walk_law if isinstance(r.verifier, Walk) else stages_law
+    return engine(p, q, n, r.verifier)
+
+
+def multidraft_law(p: torch.Tensor, q: torch.Tensor, n: int, *, rule: str) -> torch.Tensor:
+    """Exact law (V,) float64 of the token one multi-draft step emits, for target p, draft q and n drafts."""
+    return _exact(p, q, n, rule)[0]
+
+
+def multidraft_accept_probability(p: torch.Tensor, q: torch.Tensor, n: int, *, rule: str) -> float:
+    """Exact probability that one of the n drafts is kept (the emitted token is not a fallback draw)."""
+    return _exact(p, q, n, rule)[1]
+
+
+def sample_multidraft(p: torch.Tensor, q: torch.Tensor, n: int, *, size: int, rule: str,
+                      generator: torch.Generator | None = None) -> torch.Tensor:
+    """size tokens (size,) from independent multi-draft steps: draw n drafts from q, test them, emit one token each."""
+    p, q, n, r = _check(p, q, n, rule)
+    size = check_int("size", size, minimum=1)
+    generator = check_generator(generator)
+    engine = walk_sample if isinstance(r.verifier, Walk) else stages_sample
+    block = max(1, CHUNK // (p.numel() * (n + 1)))  # rows per block: i.i.d. drafts take n (V,) cumulative sums
+    return torch.cat([engine(p, q, n, r.verifier, min(block, size - s), generator) for s in range(0, size, block)])

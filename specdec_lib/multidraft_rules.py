@@ -1,0 +1,206 @@
+"""Many drafts at one position, the mechanics: how drafts are drawn, how a verifier tests them, exactly and by sampling.
+
+A rule is a way of drawing n drafts from q (`draws`) and a verifier. A `Stages` verifier tests the drafts one at a
+time: draft i is kept with min(1, p_i(x)/r(x)) for the stage's draft distribution r, and after a rejection the
+target becomes the residual p_{i+1} = norm([p_i - r']_+); if every draft is rejected, the token comes from the last
+target. A `Walk` verifier draws one uniform u and walks it along the children's cumulative target mass.
+The exact law enumerates every draft tuple with positive probability and replaces each coin by its probability;
+the sampler flips the coins. Everything is float64; p and q arrive validated and normalised.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import check_choice
+from .sampling import accept_ratio, residual_weights, sample_rows
+
+DRAWS = ("iid", "without", "top")  # n independent draws from q | n draws without replacement | q's top n, in order
+STAGE_Q = ("q", "q_i", "q_next", "onehot")  # q itself | q without the earlier drafts | q_i without x_i too | e_{x_i}
+FINALS = ("current", "first_residual")  # all rejected: the last target | norm([p - q]_+), whatever happened
+
+
+@dataclass(frozen=True)
+class Stages:
+    """Test drafts in turn: divide by `ratio`, after a rejection subtract `residual` ('none': the target stays p)."""
+
+    draws: str
+    ratio: str
+    residual: str
+    final: str = "current"
+
+    def __post_init__(self) -> None:
+        check_choice("draws", self.draws, DRAWS)
+        check_choice("ratio", self.ratio, STAGE_Q)
+        check_choice("residual", self.residual, STAGE_Q + ("none",))
+        check_choice("final", self.final, FINALS)
+
+
+@dataclass(frozen=True)
+class Walk:
+    """One uniform walked along the children's cumulative target mass; beyond it, p without the children."""
+
+    draws: str
+
+    def __post_init__(self) -> None:
+        check_choice("draws", self.draws, DRAWS)
+
+
+def top_order(q: torch.Tensor) -> torch.Tensor:
+    """The tokens q gives mass to, most likely first, ties by token id (m,)."""
+    order = torch.sort(-q, stable=True).indices  # (V,)
+    return order[q[order] > 0]
+
+
+def count_outcomes(q: torch.Tensor, n: int, draws: str) -> int:
+    """How many draft tuples have positive probability: m^n, m!/(m-n)!, or one (m = q's support)."""
+    m = int((q > 0).sum())
+    if draws == "iid":
+        return m ** n
+    if draws == "without":
+        return math.perm(m, min(n, m))
+    return 1
+
+
+def draft_outcomes(q: torch.Tensor, n: int, draws: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every draft tuple with positive probability, rows (K, k) of token ids, and its probability (K,).
+
+    k = n, except without replacement or top-n when q's support m is smaller: then only m drafts exist.
+    """
+    support = top_order(q).tolist()
+    if draws == "top":
+        X = torch.tensor([support[:n]])  # (1, k): the children are fixed
+        return X, torch.ones(1, dtype=torch.float64)
+    k = min(n, len(support))
+    rows = itertools.product(support, repeat=n) if draws == "iid" else itertools.permutations(support, k)
+    X = torch.tensor(list(rows), dtype=torch.long)  # (K, k)
+    q_x = q[X]  # (K, k) q of each draft
+    if draws == "iid":
+        return X, q_x.prod(-1)
+    undrawn = q.repeat(X.shape[0], 1).scatter(1, X, 0.0).sum(-1, keepdim=True)  # (K, 1) mass never drawn
+    left = q_x.flip(-1).cumsum(-1).flip(-1) + undrawn  # (K, k) mass still in q at stage i: sums, never 1 - sum
+    return X, (q_x / left).prod(-1)  # draft i comes from q with drafts 1..i-1 removed, renormalised
+
+
+def without(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Rows w (K, V) with token x (K,) removed and renormalised; a row left with no mass stays all zero."""
+    w = w.scatter(1, x[:, None], 0.0)
+    total = w.sum(-1, keepdim=True)  # (K, 1)
+    return w / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def remove_tokens(p_rows: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """p_rows (K, V) with the tokens of X (K, k) removed, unnormalised: [p - 1_X]_+, or p itself if nothing is left."""
+    return residual_weights(p_rows, torch.zeros_like(p_rows).scatter(1, X, 1.0))
+
+
+def stage_q(kind: str, q: torch.Tensor, q_i: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The draft distribution (K, V) a stage divides by or subtracts, for drafts x (K,) drawn from rows q_i (K, V)."""
+    if kind == "q":
+        return q.expand_as(q_i)
+    if kind == "q_i":
+        return q_i
+    if kind == "q_next":
+        return without(q_i, x)
+    return torch.zeros_like(q_i).scatter(1, x[:, None], 1.0)  # onehot: a deterministic draft is a point mass
+
+
+def next_target(target: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """norm([p_i - r]_+) row by row (K, V); p_i itself where nothing is left (that stage then never rejects)."""
+    w = residual_weights(target, r)
+    return w / w.sum(-1, keepdim=True)
+
+
+def pick(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """w[row, x[row]] (K,) for rows w (K, V) and tokens x (K,)."""
+    return w.gather(1, x[:, None]).squeeze(1)
+
+
+def stage(v: Stages, q: torch.Tensor, target: torch.Tensor, q_i: torch.Tensor, x: torch.Tensor):
+    """One test on rows of state (K, V) with drafts x (K,): (P(keep x) (K,), the next target, the next q_i)."""
+    a = accept_ratio(pick(target, x), pick(stage_q(v.ratio, q, q_i, x), x))  # min(1, p_i(x) / r(x))
+    if v.residual != "none":
+        target = next_target(target, stage_q(v.residual, q, q_i, x))
+    return a, target, without(q_i, x)
+
+
+def final_target(v: Stages, p: torch.Tensor, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """What the token is drawn from when every draft is rejected (K, V)."""
+    return target if v.final == "current" else next_target(p[None], q[None]).expand_as(target)
+
+
+def stages_law(p: torch.Tensor, q: torch.Tensor, n: int, v: Stages) -> tuple[torch.Tensor, float]:
+    """Exact law (V,) of the emitted token and P(some draft kept), summed over every draft tuple."""
+    X, weight = draft_outcomes(q, n, v.draws)  # (K, k), (K,)
+    target, q_i = p.repeat(X.shape[0], 1), q.repeat(X.shape[0], 1)  # (K, V) this stage's target p_i and q_i
+    reach = torch.ones_like(weight)  # (K,) P(the drafts before this one were all rejected | the drafts)
+    law = torch.zeros_like(target)  # (K, V) law of the emitted token given the drafts
+    for x in X.T:  # (K,) draft i of every tuple
+        a, target, q_i = stage(v, q, target, q_i, x)
+        law.scatter_add_(1, x[:, None], (reach * a)[:, None])
+        reach = reach * (1 - a)
+    law += reach[:, None] * final_target(v, p, q, target)
+    return weight @ law, float(weight @ (1 - reach))
+
+
+def walk_law(p: torch.Tensor, q: torch.Tensor, n: int, v: Walk) -> tuple[torch.Tensor, float]:
+    """Exact law (V,) of the walk and P(u lands on a child), summed over every draft tuple."""
+    X, weight = draft_outcomes(q, n, v.draws)  # (K, k), (K,)
+    hi = p[X].cumsum(-1).clamp(max=1.0)  # (K, k) where each child's slice of [0, 1) ends (a repeat adds a slice)
+    lo = torch.cat([torch.zeros_like(hi[:, :1]), hi[:, :-1]], dim=1)  # (K, k) where it starts
+    law = torch.zeros(X.shape[0], p.numel(), dtype=torch.float64).scatter_add(1, X, hi - lo)  # (K, V)
+    rest = remove_tokens(p.repeat(X.shape[0], 1), X)  # (K, V) p without the children
+    law += (1 - hi[:, -1:]) * rest / rest.sum(-1, keepdim=True)
+    return weight @ law, float(weight @ hi[:, -1])
+
+
+def draw_drafts(q: torch.Tensor, n: int, draws: str, size: int, generator) -> torch.Tensor:
+    """Drafts (size, k) for each of size steps; k < n only when draws without replacement exhaust q's support."""
+    if draws == "top":
+        return top_order(q)[:n].expand(size, -1)
+    if draws == "iid":  # inverse CDF against one cumulative sum, as sample_rows does row by row
+        cdf = q.cumsum(0)  # (V,)
+        u = torch.rand(size, n, dtype=torch.float64, generator=generator)
+        return torch.searchsorted(cdf, u * cdf[-1], right=True)  # (size, n)
+    k = min(n, int((q > 0).sum()))
+    return torch.multinomial(q.expand(size, -1), k, replacement=False, generator=generator)  # as EAGLE-1 drafts
+
+
+def distinct(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct values (D,) of non-negative integer keys (size,), sorted, and each key's index among them."""
+    present = torch.zeros(int(keys.max()) + 1, dtype=torch.bool).index_fill_(0, keys, True)
+    return present.nonzero().squeeze(1), (present.cumsum(0) - 1)[keys]
+
+
+def stages_sample(p: torch.Tensor, q: torch.Tensor, n: int, v: Stages, size: int, generator) -> torch.Tensor:
+    """size tokens (size,): draw drafts, flip one coin per stage until one is kept, else draw from the last target.
+
+    The stage state (target, q_i) depends only on the drafts so far, so it is kept once per distinct draft history.
+    """
+    X = draw_drafts(q, n, v.draws, size, generator)  # (size, k)
+    V = p.numel()
+    h = torch.zeros(size, dtype=torch.long)  # each step's draft history, a row of the state tables
+    target, q_i = p[None], q[None]  # (H, V) one row per distinct history
+    out = torch.full((size,), -1, dtype=torch.long)
+    for x in X.T:  # (size,) draft i of every step
+        pairs, h = distinct(h * V + x)  # the (history, draft) pairs that occur, and each step's pair
+        a, target, q_i = stage(v, q, target[pairs // V], q_i[pairs // V], pairs % V)
+        kept = (out < 0) & (torch.rand(size, dtype=torch.float64, generator=generator) < a[h])
+        out = torch.where(kept, x, out)
+    left = out < 0  # every draft rejected
+    out[left] = sample_rows(final_target(v, p, q, target)[h[left]], generator)
+    return out
+
+
+def walk_sample(p: torch.Tensor, q: torch.Tensor, n: int, v: Walk, size: int, generator) -> torch.Tensor:
+    """size tokens (size,): one uniform per token walked along the children's target mass, else p without them."""
+    X = draw_drafts(q, n, v.draws, size, generator)  # (size, k)
+    u = torch.rand(size, 1, dtype=torch.float64, generator=generator)
+    slot = (p[X].cumsum(-1) <= u).sum(-1)  # (size,) first child whose slice holds u; k when u is past them all
+    out = X.gather(1, slot.clamp(max=X.shape[1] - 1)[:, None]).squeeze(1)
+    beyond = slot == X.shape[1]
+    out[beyond] = sample_rows(remove_tokens(p.repeat(int(beyond.sum()), 1), X[beyond]), generator)
+    return out
