@@ -5,8 +5,9 @@ core (this folder, torch only)   _checks, sampling, policy, noise, verification,
   Act II   verification, noise    a block of k proposals verified; how far exact samples land by chance
   Act III  accounting             tokens retired per block; survivor statistics; the Bayes curve
   Act IV   cost, telemetry        the speedup equation and best k; what to log
+  Act V    multidraft             many drafts at one position: every rule's exact law and sampler
 markov/  (imports core)           Act II's testbed: the chain, the decoder spec and registry, the reference
-                                  decoder, the batched decoder, the exact engine
+                                  decoder, the batched decoder, the exact engine; Act V's draft trees
 lab/     (imports core)           a causal transformer with a croppable KV cache, the alignment test, a trained
                                   pair, generation, the cost equation against the clock
 presentation/, exercises/         figures and sliders; the workshop's checkers (import them explicitly:
@@ -30,6 +31,7 @@ from .markov.q_contract import check_q_contract
 from .markov.reference import decode_reference
 from .markov.registry import FailureMode, failure_modes
 from .markov.spec import DecoderSpec
+from .markov.tree import decode_tree_markov, exact_tree_distribution, tree_expected_tokens
 from .multidraft import multidraft_accept_probability, multidraft_law, multidraft_rules, sample_multidraft
 from .noise import rate_noise, tv_noise_bound, tv_noise_mean
 from .policy import apply_policy, greedy_token, policy_table
@@ -62,4 +64,5 @@ __all__ = [
     "generate_speculative", "exact_continuations", "time_terms", "time_catch_up", "measure_speedup", "SpeedupTable",
     # Act V
     "multidraft_rules", "multidraft_law", "multidraft_accept_probability", "sample_multidraft",
+    "exact_tree_distribution", "decode_tree_markov", "tree_expected_tokens",
 ]

@@ -7,4 +7,5 @@ reference    the block decoder for one sequence, written to be read
 batched      the same decoder for n sequences at once (decode_markov), tested against the reference
 exact        the decoder's exact output distribution, with no sampling (exact_decoder_distribution)
 q_contract   does a drafter sample the q it reports?
+tree         Act V: a static draft tree verified root to leaf with a multi-draft rule (tree_step: one node)
 """
