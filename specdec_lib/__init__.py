@@ -32,6 +32,7 @@ from .markov.reference import decode_reference
 from .markov.registry import FailureMode, failure_modes
 from .markov.spec import DecoderSpec
 from .markov.tree import decode_tree_markov, exact_tree_distribution, tree_expected_tokens
+from .markov.tree_cost import BestTree, best_tree, tree_nodes, tree_speedup
 from .multidraft import multidraft_accept_probability, multidraft_law, multidraft_rules, sample_multidraft
 from .noise import rate_noise, tv_noise_bound, tv_noise_mean
 from .policy import apply_policy, greedy_token, policy_table
@@ -64,5 +65,6 @@ __all__ = [
     "generate_speculative", "exact_continuations", "time_terms", "time_catch_up", "measure_speedup", "SpeedupTable",
     # Act V
     "multidraft_rules", "multidraft_law", "multidraft_accept_probability", "sample_multidraft",
-    "exact_tree_distribution", "decode_tree_markov", "tree_expected_tokens",
+    "exact_tree_distribution", "decode_tree_markov", "tree_expected_tokens", "tree_nodes", "tree_speedup",
+    "best_tree", "BestTree",
 ]

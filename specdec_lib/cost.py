@@ -18,7 +18,7 @@ def _nonneg(name: str, x) -> float:
     return check_real(name, x, low=0.0, high=math.inf, high_open=True)
 
 
-def _c_v_at(c_v: CostV, k: int) -> float:
+def c_v_at(c_v: CostV, k: int) -> float:
     """Verification cost c_v(k): finite and > 0, whether given as a number or a callable."""
     name = "c_v(k)" if callable(c_v) else "c_v"
     value = check_real(name, c_v(k) if callable(c_v) else c_v)
@@ -36,9 +36,9 @@ def speedup(alpha, c_d: float, k: int, c_v: CostV, overhead: float = 0.0) -> flo
     overhead = _nonneg("overhead", overhead)
     if k == 0:  # plain decoding: one token per T_1, no draft, no verification pass (c_v is not called)
         if not callable(c_v):
-            _c_v_at(c_v, 0)
+            c_v_at(c_v, 0)
         return 1.0
-    return e_n / (k * c_d + _c_v_at(c_v, k) + overhead)
+    return e_n / (k * c_d + c_v_at(c_v, k) + overhead)
 
 
 def speedup_grid(alphas, c_ds, k: int, c_v: CostV, overhead: float = 0.0) -> torch.Tensor:
@@ -50,7 +50,7 @@ def speedup_grid(alphas, c_ds, k: int, c_v: CostV, overhead: float = 0.0) -> tor
     if k == 0:
         return torch.ones(len(alphas), len(c_ds), dtype=torch.float64)
     e_n = torch.tensor([expected_tokens(a, k) for a in alphas], dtype=torch.float64)  # (A,)
-    cost = k * torch.tensor(c_ds, dtype=torch.float64) + _c_v_at(c_v, k) + overhead  # (C,)
+    cost = k * torch.tensor(c_ds, dtype=torch.float64) + c_v_at(c_v, k) + overhead  # (C,)
     return e_n[:, None] / cost[None, :]  # (A, C)
 
 

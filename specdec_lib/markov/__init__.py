@@ -8,4 +8,5 @@ batched      the same decoder for n sequences at once (decode_markov), tested ag
 exact        the decoder's exact output distribution, with no sampling (exact_decoder_distribution)
 q_contract   does a drafter sample the q it reports?
 tree         Act V: a static draft tree verified root to leaf with a multi-draft rule (tree_step: one node)
+tree_cost    a tree's speedup S(T) and the best tree under a node budget
 """
