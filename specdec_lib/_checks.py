@@ -142,3 +142,13 @@ def check_numbers(name: str, x) -> list:
     if len(x) == 0:
         raise ValueError(f"{name} must be non-empty")
     return list(x)
+
+
+def check_pair(p, q) -> tuple[torch.Tensor, torch.Tensor]:
+    """A target p and a draft q: two 1-D distributions over the same vocabulary."""
+    p = check_distribution("p", p)
+    q = check_distribution("q", q)
+    check_same_shape("p", p, "q", q)
+    if p.dim() != 1:
+        raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
+    return p, q

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_choice, check_distribution, check_generator, check_int, check_same_shape
+from ._checks import check_choice, check_generator, check_int, check_pair
 from .multidraft_rules import Stages, Walk, count_outcomes, stages_law, stages_sample, walk_law, walk_sample
 
 MAX_TABLE = 4_000_000  # the exact law holds (draft tuples) x (vocabulary) numbers at most
@@ -76,11 +76,7 @@ def multidraft_rules() -> list[MultiDraftRule]:
 
 def _check(p, q, n, rule) -> tuple[torch.Tensor, torch.Tensor, int, MultiDraftRule]:
     """Validate (p, q, n, rule); return p and q in float64, renormalised, with n and the rule's record."""
-    p = check_distribution("p", p)
-    q = check_distribution("q", q)
-    check_same_shape("p", p, "q", q)
-    if p.dim() != 1:
-        raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
+    p, q = check_pair(p, q)
     n = check_int("n", n, minimum=1)
     check_choice("rule", rule, tuple(RULES))
     p, q = p.double(), q.double()

@@ -8,6 +8,7 @@ from ._checks import (
     check_distribution,
     check_generator,
     check_int,
+    check_pair,
     check_same_shape,
     check_tensor,
     check_token_ids,
@@ -57,11 +58,7 @@ def accept_ratio(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
 
 def acceptance_probability(p: torch.Tensor, q: torch.Tensor, x) -> torch.Tensor:
     """Probability min(1, p(x)/q(x)) of keeping proposal x ~ q, computed in log space; x an int or a tensor of ids."""
-    p = check_distribution("p", p)
-    q = check_distribution("q", q)
-    check_same_shape("p", p, "q", q)
-    if p.dim() != 1:
-        raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
+    p, q = check_pair(p, q)
     x = check_token_ids("x", x, p.shape[-1])
     q_x = q[x]
     if (q_x <= 0).any():
@@ -72,11 +69,7 @@ def acceptance_probability(p: torch.Tensor, q: torch.Tensor, x) -> torch.Tensor:
 def speculative_sample(p: torch.Tensor, q: torch.Tensor, n: int, generator: torch.Generator | None = None,
                        *, mode: str = "correct") -> torch.Tensor:
     """n tokens from one speculative step: propose x ~ q, keep with min(1, p/q), else draw from the residual."""
-    p = check_distribution("p", p)
-    q = check_distribution("q", q)
-    check_same_shape("p", p, "q", q)
-    if p.dim() != 1:
-        raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
+    p, q = check_pair(p, q)
     n = check_int("n", n, minimum=1)
     check_choice("mode", mode, tuple(SAMPLER_MODES))
     generator = check_generator(generator)
@@ -110,11 +103,7 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def overlap(p: torch.Tensor, q: torch.Tensor) -> float:
     """Shared mass beta = sum min(p, q) = 1 - TV(p, q): the probability that one proposal is accepted."""
-    p = check_distribution("p", p)
-    q = check_distribution("q", q)
-    check_same_shape("p", p, "q", q)
-    if p.dim() != 1:
-        raise ValueError(f"p and q must be 1-D distributions over the vocabulary, got shape {tuple(p.shape)}")
+    p, q = check_pair(p, q)
     return torch.minimum(p.double(), q.double()).sum().item()
 
 
