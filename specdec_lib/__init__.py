@@ -22,6 +22,8 @@ from .lab.corpus import corpus_prompts
 from .lab.generation import exact_continuations, generate_plain, generate_speculative
 from .lab.measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
 from .lab.transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
+from .lab.tree_attention import (FlatTree, TreeAlignmentReport, check_tree_alignment, path_scores,
+                                 tree_from_widths, tree_mask, tree_positions, tree_scores)
 from .lab.weights import load_pair
 from .markov.batched import DECODER_MODES, decode_markov
 from .markov.chain import (ReferenceChain, direct_sample, empirical_sequences, exact_sequence_distribution,
@@ -67,4 +69,6 @@ __all__ = [
     "multidraft_rules", "multidraft_law", "multidraft_accept_probability", "sample_multidraft",
     "exact_tree_distribution", "decode_tree_markov", "tree_expected_tokens", "tree_nodes", "tree_speedup",
     "best_tree", "BestTree",
+    "FlatTree", "tree_from_widths", "tree_mask", "tree_positions", "tree_scores", "path_scores",
+    "check_tree_alignment", "TreeAlignmentReport",
 ]

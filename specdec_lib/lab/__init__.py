@@ -6,4 +6,5 @@ corpus       the standard library's source as bytes, and held-out prompts
 weights      the trained target/draft pair (load_pair; `make models` retrains it)
 generation   plain and speculative decoding, built from the phases the clock times
 measure      the cost terms, timed, and the predicted speedup against the measured one
+tree_attention  Act V: a draft tree scored in one target pass (ancestor mask, per-node positions)
 """

@@ -74,26 +74,24 @@ class CachedAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, start: int,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, T, C) at positions start .. start+T-1; attends to cached positions 0 .. start-1 as well.
+        """x (B, T, C) in cache slots start .. start+T-1; attends to cached slots 0 .. start-1 as well.
 
-        mask (T, start+T) says which keys each new position sees; it is needed only when 0 < start and T > 1.
+        mask (T, start+T), True = may attend, says which keys each new position sees; without it, causal.
         """
         B, T, C = x.shape
         hs = C // self.n_head
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
-        if cache is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, nh, T, hs)
-        else:
+        if cache is not None:
             end = start + T
             cache.k[layer, :, :, start:end] = k
             cache.v[layer, :, :, start:end] = v
             k, v = cache.k[layer, :, :, :end], cache.v[layer, :, :, :end]  # (B, nh, end, hs)
-            if T == 1:  # one new position sees everything cached: no mask
-                y = F.scaled_dot_product_attention(q, k, v)
-            elif start == 0:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if mask is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, nh, T, hs)
+        elif cache is not None and T == 1:  # one new position sees everything cached: no mask
+            y = F.scaled_dot_product_attention(q, k, v)
+        else:  # no cache, or an empty one: plain causal
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))  # (B, T, C)
 
 
@@ -151,10 +149,13 @@ class CachedLM(nn.Module):
         w = self.head.weight
         return KVCache(self.config, batch, dtype=w.dtype, device=w.device)
 
-    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None, *, positions: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, T, vocab) for token ids (B, T); logits[:, r] predicts the token after position r.
 
-        With a cache, idx continues the cached positions, and the cache grows by T.
+        With a cache, idx continues the cached positions, and the cache grows by T. positions (T,) replaces the
+        position ids start .. start+T-1 and mask (T, start+T) (True = may attend) the causal mask: a draft tree
+        scored in one pass gives each node its depth's position and lets it see only its ancestors.
         """
         check_token_ids("idx", idx, self.vocab, dims=2)
         start = 0 if cache is None else cache.length
@@ -163,16 +164,38 @@ class CachedLM(nn.Module):
             raise ValueError("idx must hold at least one position (T >= 1)")
         if start + T > self.max_len:
             raise ValueError(f"idx is too long: {start} cached + {T} new positions exceed max_len = {self.max_len}")
-        pos = torch.arange(start, start + T, device=idx.device)  # (T,)
+        check_positions_and_mask(positions, mask, T=T, start=start, max_len=self.max_len)
+        pos = torch.arange(start, start + T, device=idx.device) if positions is None else positions  # (T,)
         x = self.tok_emb(idx) + self.pos_emb(pos)  # (B, T, C)
-        mask = None
-        if cache is not None and start > 0 and T > 1:  # new position start+i sees keys 0 .. start+i; built once
+        if mask is None and cache is not None and start > 0 and T > 1:  # start+i sees keys 0 .. start+i; built once
             mask = torch.ones(T, start + T, dtype=torch.bool, device=idx.device).tril(diagonal=start)  # (T, start+T)
         for layer, block in enumerate(self.blocks):
             x = block(x, layer, cache, start, mask)  # (B, T, C)
         if cache is not None:
             cache.length = start + T
         return self.head(self.ln_f(x))  # (B, T, vocab)
+
+
+def check_positions_and_mask(positions, mask, *, T: int, start: int, max_len: int) -> None:
+    """positions: None or a LongTensor (T,) in [0, max_len); mask: None or a bool (T, start+T), no row all False."""
+    if positions is not None:
+        if not isinstance(positions, torch.Tensor) or positions.dtype != torch.long:
+            got = f"dtype {positions.dtype}" if isinstance(positions, torch.Tensor) else type(positions).__name__
+            raise TypeError(f"positions must be a LongTensor (dtype torch.int64), got {got}")
+        if positions.shape != (T,):
+            raise ValueError(f"positions must have shape (T,) = ({T},), one id per new token, "
+                             f"got {tuple(positions.shape)}")
+        if int(positions.min()) < 0 or int(positions.max()) >= max_len:
+            raise ValueError(f"positions must lie in [0, {max_len}) (max_len), "
+                             f"got values in [{int(positions.min())}, {int(positions.max())}]")
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
+        if mask.shape != (T, start + T):
+            raise ValueError(f"mask must have shape (T, cached + T) = ({T}, {start + T}), got {tuple(mask.shape)}")
+        if not mask.any(-1).all():
+            raise ValueError("mask must let every new position attend to at least one key (a row of all False)")
 
 
 def n_params(model: nn.Module) -> int:
