@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import make_student  # noqa: E402
 
-EXERCISE_NOTEBOOKS = ["01_distribution", "02_block_decoder", "02b_field_guide", "03_token_accounting", "04_cost_model"]
+EXERCISE_NOTEBOOKS = ["01_distribution", "02_block_decoder", "02b_field_guide", "03_token_accounting", "04_cost_model",
+                      "06_many_drafts_and_trees"]
 
 
 def tags(cell):

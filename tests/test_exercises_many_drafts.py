@@ -1,0 +1,144 @@
+"""Act V's checkers: the notebook's solutions pass, and each known mistake fails with a message that names it."""
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import specdec_lib as sd
+from specdec_lib import exercises as ex
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "06_many_drafts_and_trees.ipynb"
+
+
+def solutions() -> dict:
+    """The notebook's solution cells run in order, with torch and sd preloaded: {name: function}."""
+    ns = {"torch": torch, "sd": sd}
+    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
+        if "solution" in cell.metadata.get("tags", []):
+            exec(compile(cell.source, f"{NOTEBOOK.name}:solution", "exec"), ns)
+    return ns
+
+
+NS = solutions()
+
+
+def failing(checker, fn, *needles):
+    """Run checker on fn (raise_on_failure=False): it must fail and mention every needle."""
+    report = checker(fn, raise_on_failure=False, verbose=False)
+    assert not report.ok, str(report)
+    for needle in needles:
+        assert needle in str(report), f"{needle!r} not in:\n{report}"
+    return report
+
+
+def test_the_solutions_pass(capsys):
+    for checker, fn in ((ex.check_rrs_step, NS["rrs_step"]), (ex.check_best_widths, NS["best_widths"])):
+        assert checker(fn).ok  # verbose and raising, as the check cell runs it
+        assert "all checks passed" in capsys.readouterr().out
+    assert {"check_rrs_step", "check_best_widths"} <= set(ex.__all__)
+
+
+# ---- Exercise 6.1: rrs_step ------------------------------------------------------------------------------------
+
+def rrs_variant(*, ratio="q_i", residual="q_i", final="last", rng=True, kind=int):
+    """An rrs step with one knob turned: the q a stage uses, the residual it takes, where the fallback is drawn."""
+    def step(p, q, drafts, generator):
+        target, q_i = p.clone(), q.clone()
+        for x in drafts.tolist():
+            r = q if ratio == "q" else q_i
+            u = torch.rand((), dtype=torch.float64, generator=generator if rng else None)
+            if u < min(1.0, (target[x] / r[x]).item()):
+                return kind(x)
+            q_next = q_i.clone()
+            q_next[x] = 0
+            q_next = q_next / q_next.sum() if q_next.sum() > 0 else q_next
+            sub = {"q_i": q_i, "q": q, "q_next": q_next}.get(residual)
+            if sub is not None:
+                w = torch.clamp(target - sub, min=0)
+                target = w / w.sum() if w.sum() > 0 else target
+            q_i = q_next
+        if final == "first":
+            w = torch.clamp(p - q, min=0)
+            target = w / w.sum()
+        return kind(torch.multinomial(target, 1, generator=generator if rng else None))
+    return step
+
+
+def test_the_variant_machinery_is_rrs_when_no_knob_is_turned():
+    # negative control for the tests below: with every knob at rrs, the variant passes
+    assert ex.check_rrs_step(rrs_variant(), raise_on_failure=False, verbose=False).ok
+
+
+@pytest.mark.parametrize("variant, needles", [
+    (dict(ratio="q", residual="q"), ["original q", "SafeAILab/EAGLE #74"]),
+    (dict(residual="q_next"), ["removed from q_i before the residual"]),
+    (dict(residual=None), ["never becomes the residual"]),
+    (dict(final="first"), ["fallback comes from the first residual"]),
+])
+def test_known_mistakes_are_named(variant, needles):
+    failing(ex.check_rrs_step, rrs_variant(**variant), "wrong distribution", "noise bound", *needles)
+
+
+def test_rrs_step_structure():
+    failing(ex.check_rrs_step, rrs_variant(rng=False), "seeded alike gave different tokens")
+    failing(ex.check_rrs_step, rrs_variant(kind=float), "must return one token id (an int), got float")
+    failing(ex.check_rrs_step, lambda p, q, drafts, g: int(drafts[-1]), "kept with min(1, p/q) = 1, every time")
+    failing(ex.check_rrs_step, lambda p, q, drafts, g: int(drafts[0]), "wrong distribution")
+    failing(ex.check_rrs_step, lambda p, q, drafts, g: 7, "token ids must lie in [0, 3)")
+
+    def broken(p, q, drafts, generator):
+        raise RuntimeError("shape mismatch")
+
+    failing(ex.check_rrs_step, broken, "your function raised RuntimeError: shape mismatch")
+
+    def stub(p, q, drafts, generator):
+        raise NotImplementedError("exercise: write the body of rrs_step")
+
+    with pytest.raises(NotImplementedError):
+        ex.check_rrs_step(stub, raise_on_failure=False, verbose=False)
+
+
+# ---- Exercise 6.2: best_widths ---------------------------------------------------------------------------------
+
+def search(*, nodes=sd.tree_nodes, cost=None, numerator=lambda e: e, paths_only=False, ties="fewer"):
+    """A best-tree search over every widths tuple with at most budget nodes (as counted by `nodes`), one knob turned."""
+    def best_widths(P, Q, *, start, rule, c_d, c_v, budget):
+        def trees(prefix):
+            for w in range(1, 2 if paths_only else budget + 1):
+                widths = prefix + (w,)
+                if nodes(widths) > budget:
+                    break
+                yield widths
+                yield from trees(widths)
+
+        def key(widths):
+            e = sd.tree_expected_tokens(P, Q, start=start, widths=widths, rule=rule)
+            price = cost(widths, c_d, c_v) if cost else len(widths) * c_d + c_v(sd.tree_nodes(widths))
+            return numerator(e) / price, -sd.tree_nodes(widths) if ties == "fewer" else sd.tree_nodes(widths)
+        return max(trees(()), key=key)
+    return best_widths
+
+
+def test_the_search_machinery_is_right_when_no_knob_is_turned():
+    assert ex.check_best_widths(search(), raise_on_failure=False, verbose=False).ok  # negative control
+
+
+@pytest.mark.parametrize("variant, needle", [
+    (dict(nodes=sum), "counted sum(widths)"),
+    (dict(cost=lambda w, c_d, c_v: len(w) * c_d + c_v(len(w))), "c_v evaluated at the depth"),
+    (dict(cost=lambda w, c_d, c_v: sd.tree_nodes(w) * c_d + c_v(sd.tree_nodes(w))), "c_d paid per draft node"),
+    (dict(numerator=lambda e: e - 1), "the numerator is E[A]"),
+    (dict(paths_only=True), "a search over paths only"),
+    (dict(ties="more"), "ties go to the tree with fewer nodes"),
+])
+def test_best_widths_mistakes_are_named(variant, needle):
+    failing(ex.check_best_widths, search(**variant), needle)
+
+
+def test_best_widths_structure():
+    failing(ex.check_best_widths, lambda P, Q, **kw: 3, "must return a non-empty tuple of ints")
+    failing(ex.check_best_widths, lambda P, Q, **kw: (), "must return a non-empty tuple of ints")
+    failing(ex.check_best_widths, lambda P, Q, **kw: (1,), "S = ")  # a legal tree, not the best one
+    assert ex.check_best_widths(lambda P, Q, **kw: list(NS["best_widths"](P, Q, **kw)), raise_on_failure=False,
+                                verbose=False).ok  # a list is read as the same widths

@@ -1,0 +1,181 @@
+"""Act V presentation: acceptance against n, the rule and tree views and their explorers, the tree bugs, FIGURES."""
+import base64
+
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+import specdec_lib as sd
+from specdec_lib.multidraft_rules import Stages
+from specdec_lib.presentation import many_drafts_and_trees as views
+
+CH = sd.reference_chain()
+RULES = [r.name for r in sd.multidraft_rules()]
+
+
+def _lines(ax, gid):
+    return [ln for ln in ax.get_lines() if ln.get_gid() == gid]
+
+
+def _fingerprint(out) -> str:
+    """The explorer's figure as the fast_png fixture stores it: a repr of titles, texts and data."""
+    return base64.b64decode(out.outputs[0]["data"]["image/png"]).decode()
+
+
+def test_acceptance_figure_plots_every_rule_against_beta():
+    p, q = sd.post_pair()
+    ax = views.plot_acceptance_vs_n(p, q).axes[0]
+    for r in sd.multidraft_rules():
+        (line,) = _lines(ax, r.name)
+        want = [sd.multidraft_accept_probability(p, q, n, rule=r.name) for n in range(1, 6)]
+        assert list(line.get_xdata()) == [1, 2, 3, 4, 5] and list(line.get_ydata()) == pytest.approx(want, abs=1e-12)
+        assert line.get_linestyle() == ("-" if r.exact else "--")  # wrong rules dashed
+    (beta,) = _lines(ax, views.BETA_GID)
+    assert beta.get_ydata()[0] == pytest.approx(sd.overlap(p, q)) and "β = 1 - TV = 0.162" in ax.get_title()
+    rrs, mss = _lines(ax, "rrs")[0].get_ydata(), _lines(ax, "mss")[0].get_ydata()
+    assert rrs[4] == pytest.approx(1.0) and mss[4] < 0.4  # the figure shows what the notebook claims
+    other = views.plot_acceptance_vs_n(*views.PAIRS["under-confident draft"]).axes[0]  # another pair, another plot
+    assert _lines(other, "rrs")[0].get_ydata()[0] != pytest.approx(rrs[0])
+
+
+def test_rule_view_shows_the_exact_law_and_the_star():
+    fig, text = views.plot_rule_view(pair="the post's pair", n=3, rule="rrs")
+    left, right = fig.axes
+    p, q = sd.post_pair()
+    assert [b.get_height() for b in left.patches] == pytest.approx(sd.multidraft_law(p, q, 3, rule="rrs").tolist())
+    (ticks,) = _lines(left, views.TARGET_GID)
+    assert list(ticks.get_ydata()) == pytest.approx(views.f64(p).tolist())
+    assert left.get_title() == "rrs, n = 3: TV from p < 1e-12"
+    (star,) = _lines(right, views.MARK_GID)
+    assert star.get_xdata()[0] == 3 and star.get_ydata()[0] == pytest.approx(
+        sd.multidraft_accept_probability(p, q, 3, rule="rrs"))
+    assert "P(a draft kept) = 0.403" in text and "(exact)" in text
+    fig, text = views.plot_rule_view(pair="the post's pair", n=3, rule="rrs_original_q")
+    assert fig.axes[0].get_title() == "rrs_original_q, n = 3: TV from p 0.1850" and "WRONG" in text
+    assert fig.axes[0].patches[0].get_facecolor() != left.patches[0].get_facecolor()  # red bars for a wrong rule
+
+
+def test_multidraft_explorer_every_control_redraws(fast_png):
+    box = views.multidraft_explorer()
+    pair, n, rule = box.children[0].children
+    out = box.children[-1]
+    assert "rrs, n = 3 on the post's pair: P(a draft kept) = 0.403" in out.outputs[1]["text"]
+    before = _fingerprint(out)
+    n.value = 2
+    assert _fingerprint(out) != before and "P(a draft kept) = 0.291" in out.outputs[1]["text"]
+    before = _fingerprint(out)
+    rule.value = "mss"
+    assert _fingerprint(out) != before and "mss, n = 2" in out.outputs[1]["text"] and "0.232" in out.outputs[1]["text"]
+    before = _fingerprint(out)
+    pair.value = "under-confident draft"
+    assert _fingerprint(out) != before and "on under-confident draft: P(a draft kept) = 0.861" in out.outputs[1]["text"]
+    rule.value = "walk_duplicate_siblings"
+    assert "WRONG" in out.outputs[1]["text"]
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_tree_law_is_the_librarys_with_the_bonus_from_the_leaf(rule):
+    for widths, horizon in [((3, 2, 1), 4), ((2,), 3), ((1, 2), 3)]:
+        mine = views.tree_law(CH.P, CH.Q, start=CH.start, horizon=horizon, widths=widths, rule=rule)
+        lib = sd.exact_tree_distribution(CH.P, CH.Q, start=CH.start, horizon=horizon, widths=widths, rule=rule)
+        assert (mine - lib).abs().max().item() < 1e-12
+
+
+def test_bonus_from_the_parent_is_wrong_only_where_rows_differ():
+    target = sd.exact_sequence_distribution(CH.P, CH.start, 4)
+    wrong = views.tree_law(CH.P, CH.Q, start=CH.start, horizon=4, widths=(3, 2, 1), rule="rrs", bonus="parent")
+    assert sd.total_variation(wrong, target) > 0.5
+    short = views.tree_law(CH.P, CH.Q, start=CH.start, horizon=3, widths=(3, 2, 1), rule="rrs", bonus="parent")
+    assert sd.total_variation(short, sd.exact_sequence_distribution(CH.P, CH.start, 3)) < 1e-12  # no bonus inside
+    p, q = sd.post_pair()  # negative control: on an i.i.d. chain every row is the same, so the parent's row is right
+    P, Q = p.expand(5, 5).contiguous(), q.expand(5, 5).contiguous()
+    iid = views.tree_law(P, Q, start=0, horizon=3, widths=(2,), rule="rrs", bonus="parent")
+    assert sd.total_variation(iid, sd.exact_sequence_distribution(P, 0, 3)) < 1e-12
+
+
+def test_greedy_law_is_the_argmax_path():
+    law = views.greedy_law(CH.P, start=CH.start, horizon=3)
+    path, s = [], CH.start
+    for _ in range(3):
+        s = int(CH.P[s].argmax())
+        path.append(s)
+    assert law[tuple(path)].item() == pytest.approx(1.0) and law.sum().item() == pytest.approx(1.0)
+
+
+def test_tree_bugs_and_their_figure():
+    bugs = views.tree_bugs()
+    assert [b.tv < 1e-12 for b in bugs] == [True, False, False, True, False, False]
+    assert "PR #47" in bugs[1].reference and "PR #31214" in bugs[2].reference and "#183" in bugs[3].reference
+    walk = sd.exact_tree_distribution(CH.P, CH.Q, start=CH.start, horizon=4, widths=(3, 2, 1),
+                                      rule="walk_duplicate_siblings")
+    assert bugs[5].tv == pytest.approx(sd.total_variation(walk, sd.exact_sequence_distribution(CH.P, CH.start, 4)))
+    qx = views.tree_law(CH.P, CH.Q, start=CH.start, horizon=4, widths=(3, 2, 1),
+                        rule=Stages("top", ratio="q", residual="onehot"))
+    assert bugs[4].tv == pytest.approx(sd.total_variation(qx, sd.exact_sequence_distribution(CH.P, CH.start, 4)))
+    ax = views.plot_tree_bugs(bugs).axes[0]
+    assert [b.get_width() for b in ax.patches] == pytest.approx([b.tv for b in bugs])
+    assert [t.get_text() for t in ax.texts] == ["exact" if b.tv < 1e-12 else f"{b.tv:.3f}" for b in bugs]
+    at = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks())}
+    assert sorted(at, key=at.get, reverse=True) == [b.name for b in bugs]  # listed top to bottom in order
+
+
+def test_tree_view_draws_the_tree_and_states_e_n_and_s():
+    fig, text = views.plot_tree_view(widths=(3, 2, 1), rule="rrs")
+    left, right = fig.axes
+    assert [len(_lines(left, f"depth_{d}")[0].get_xdata()) for d in range(4)] == [1, 3, 6, 6]  # nodes per level
+    e_n = sd.tree_expected_tokens(CH.P, CH.Q, start=CH.start, widths=(3, 2, 1), rule="rrs")
+    s = sd.tree_speedup(CH.P, CH.Q, start=CH.start, widths=(3, 2, 1), rule="rrs", c_d=0.15, c_v=lambda n: 1 + 0.05 * n)
+    assert f"E[N] = {e_n:.3f}, S = {s:.3f}" in right.get_title() and "|T| = 15" in left.get_title()
+    target = sd.exact_sequence_distribution(CH.P, CH.start, 2).reshape(-1)
+    assert [b.get_height() for b in right.patches] == pytest.approx(target.tolist(), abs=1e-9)  # exact: equal bars
+    assert "TV from the target over 4 tokens < 1e-12 (exact)" in text
+    _, wrong = views.plot_tree_view(widths=(2, 2), rule="rrs_residual_next_q")
+    assert "WRONG" in wrong and "over 3 tokens" in wrong
+
+
+def test_tree_explorer_every_control_redraws(fast_png):
+    box = views.tree_explorer()
+    (w1, w2, w3), (rule, c_d) = box.children[0].children, box.children[1].children
+    out = box.children[-1]
+    text = lambda: out.outputs[1]["text"]  # noqa: E731
+    assert text().startswith("widths (3, 2, 1), rrs: |T| = 15")
+    for control, value, expect in [(w1, 2, "widths (2, 2, 1)"), (w3, 2, "widths (2, 2, 2)"),
+                                   (rule, "onehot_walk", "onehot_walk"), (c_d, 0.3, "c_d = 0.30"),
+                                   (w2, 0, "widths (2,), onehot_walk: |T| = 2")]:  # a level of width 0 ends the tree
+        before = _fingerprint(out)
+        control.value = value
+        assert _fingerprint(out) != before and expect in text(), (expect, text())
+    w2.value, w3.value = 1, 0
+    assert "widths (2, 1)," in text()
+
+
+def test_tokens_per_round_from_a_log():
+    log = sd.SpecDecodeLog(k=3)
+    A = torch.tensor([0, 1, 3, 3, 2, 0, 3, 1])
+    log.record_rounds(A)
+    mean, se = views.tokens_per_round(log)
+    n = (A + 1).double()
+    assert mean == pytest.approx(n.mean().item()) and se == pytest.approx(n.std(unbiased=False).item() / 8 ** 0.5)
+
+
+def test_bad_input_names_the_argument():
+    with pytest.raises(ValueError, match="pair must be one of"):
+        views.plot_rule_view(pair="mine")
+    with pytest.raises(ValueError, match="rule must be one of 'mss', 'rrs'"):
+        views.plot_rule_view(rule="greedy")
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        views.plot_rule_view(n=0)
+    with pytest.raises(ValueError, match="bonus must be one of 'leaf', 'parent'"):
+        views.tree_law(CH.P, CH.Q, start=0, horizon=2, widths=(2,), rule="rrs", bonus="root")
+    with pytest.raises(TypeError, match="rule must be a registered rule's name or a Stages / Walk verifier"):
+        views.tree_law(CH.P, CH.Q, start=0, horizon=2, widths=(2,), rule=3)
+    with pytest.raises(TypeError, match="widths must be a tuple of ints"):
+        views.plot_tree_view(widths=3)
+    with pytest.raises(ValueError, match="n_max must be >= 1"):
+        views.acceptance_table(*sd.post_pair(), n_max=0)
+
+
+def test_figures_are_registered_and_build():
+    assert set(views.FIGURES) == {"act5_acceptance_vs_n", "act5_acceptance_under_confident", "act5_tree_view",
+                                  "act5_tree_bugs"}
+    assert all(isinstance(build(), Figure) for build in views.FIGURES.values())
