@@ -12,8 +12,8 @@
 #   make notebooks   execute every notebooks/*.ipynb top to bottom in a fresh kernel, in place
 #   make figures     python -m specdec_lib.presentation figures/ (every registered figure as a PNG)
 #   make bench       time batched decode_markov against a per-sample loop (benchmarks/bench_markov.py)
-#   make models      train the lab's target and draft on the stdlib's source (tools/train_models.py; ~12 min on 2 cores)
-#   make measure     the cost equation against the clock on the trained pair (~2 min; MEASURE_ARGS="--help")
+#   make models      train the lab's target and drafts on the stdlib's source (tools/train_models.py; ~15 min on 2 cores)
+#   make measure     the cost equation against the clock for every draft, and the batch regime (~5 min; MEASURE_ARGS="--help")
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #

@@ -1,12 +1,15 @@
-"""The cost equation against the clock: predicted S(k) = E[N(k)] / (k c_d + c_v(k)) beside measured speedup.
+"""The cost equation against the clock, for every draft: predicted S(k) = E[N(k)] / (k c_d + c_v(k)) beside measured.
 
-Run with `make measure` (after `make models`, whose weights are committed). On the trained target/draft
-pair (specdec_lib/lab/weights/pair.pt), one thread, sampling at temperature 1 unless told otherwise: for every
-repeat, held-out stdlib prompt and k = 1..8, it times T_1, D(k) and V(k) round-robin, then decodes the
-prompt plainly and speculatively back to back (a pair). It prints, per k, c_d and c_v(k) (medians over
-pairs), the measured tokens per round E[N], the predicted speedup, the measured one (median and quartiles
-of the pairs' tokens/s ratios), their relative error, and O(k), what a real round costs beyond the terms.
-The machine's load average is printed, as load moves every number.
+Run with `make measure` (after `make models`, whose weights are committed). Against the trained target
+(specdec_lib/lab/weights/pair.pt), one thread, sampling at temperature 1 unless told otherwise, it measures
+each draft in turn: the 1-layer neural draft, the 2-layer one (draft_deep.pt), a byte 4-gram table built
+from the training files, and prompt lookup. For every repeat, held-out stdlib prompt and k, it times T_1,
+D(k) and V(k) round-robin, then decodes the prompt plainly and speculatively back to back (a pair), and
+prints, per k, c_d and c_v(k) (medians over pairs), E[N], the predicted and the measured speedup, their
+relative error, O(k) and the acceptance by position. Then the batch regime: one target pass over
+B x (k+1) positions for B = 1, 2, 4, ..., 32, c_v(k; B) fitted by a line, and the best k per B for the
+best draft's alpha and c_d. On CUDA every clock read follows a synchronisation. It ends with five lines a
+script can read (final_lines). The machine's load average is printed, as load moves every number.
 """
 from __future__ import annotations
 
@@ -16,50 +19,128 @@ import json
 import os
 import pathlib
 import platform
+import sys
 import time
 
 import torch
 from tqdm import tqdm
 
 import specdec_lib as sd
+from specdec_lib.lab.batch_cost import BatchCost, batch_cost
+
+DRAFTS = ("draft", "draft_deep", "table", "lookup")
 
 
-def main() -> None:
+def make_drafter(name: str, device: str):
+    """The drafter called name: the two trained networks, the corpus 4-gram table, or prompt lookup (m = 3)."""
+    if name in ("draft", "draft_deep"):
+        return sd.NeuralDraft(sd.load_draft(name, device), name=name)
+    if name == "table":
+        return sd.TableDraft(sd.corpus_table(4))
+    if name == "lookup":
+        return sd.PromptLookupDraft(256, m=3)
+    raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {name!r}")
+
+
+def constant_guess(measured: list[float]) -> tuple[float, float]:
+    """(c, its max relative error): the one number c minimising max |c - m| / m over the measured speedups m.
+
+    The worst cases are the smallest and the largest m, so c is their harmonic mean 2 lo hi / (lo + hi),
+    where (c - lo) / lo = (hi - c) / hi = (hi - lo) / (hi + lo).
+    """
+    lo, hi = min(measured), max(measured)
+    return 2 * lo * hi / (lo + hi), (hi - lo) / (hi + lo)
+
+
+def alpha_from_tokens(e_n: float, k: int) -> float:
+    """The alpha with E[N(k)] = (1 - alpha^(k+1)) / (1 - alpha) = e_n, by bisection (e_n in [1, k + 1])."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sd.expected_tokens(mid, k) < e_n:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def final_lines(tables: list[sd.SpeedupTable], batch: BatchCost) -> list[str]:
+    """The five closing lines: range of measured speedups, the best one, constant guess, the equation, best k by B."""
+    measured = [m for t in tables for m in t.measured]
+    best_t, i = max(((t, i) for t in tables for i in range(len(t.ks))), key=lambda ti: ti[0].measured[ti[1]])
+    _, c_err = constant_guess(measured)
+    return [f"measured speedups from {min(measured):.3f} to {max(measured):.3f}",
+            f"best measured speedup: {best_t.measured[i]:.3f} (draft {best_t.draft}, k={best_t.ks[i]})",
+            f"constant guess max relative error: {c_err:.3f}",
+            f"max relative error: {max(t.max_rel_error for t in tables):.3f}",
+            batch.best_k_line()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7,
+    parser.add_argument("--drafts", default=",".join(DRAFTS), help=f"comma-separated, from {', '.join(DRAFTS)}")
+    parser.add_argument("--repeats", type=int, default=5,
                         help="repeats (one pair per prompt and k each); medians are reported")
     parser.add_argument("--prompts", type=int, default=6, help="held-out prompts per repeat")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--n-new", type=int, default=64, help="new tokens per prompt")
     parser.add_argument("--reps", type=int, default=5, help="timings of each term per pair")
-    parser.add_argument("--k-max", type=int, default=8)
+    parser.add_argument("--ks", type=_ints, default=[1, 2, 3, 4, 6, 8], help="draft lengths, comma-separated")
+    parser.add_argument("--batches", type=_ints, default=[1, 2, 4, 8, 16, 32], help="batch sizes for c_v(k; B)")
+    parser.add_argument("--batch-reps", type=int, default=40, help="timings of each batched pass")
     parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--json", type=pathlib.Path, default=None, help="also write the table's fields as JSON here")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=pathlib.Path, default=None, help="also write every table's fields as JSON")
+    args = parser.parse_args(argv)
+    names = [n for n in args.drafts.split(",") if n]
+    if not names or set(names) - set(DRAFTS):
+        parser.error(f"--drafts must name some of {', '.join(DRAFTS)}, got {args.drafts!r}")
     torch.set_num_threads(args.threads)
-    target, draft = sd.load_pair(args.device)
+    target, _ = sd.load_pair(args.device)
     prompts = [p.to(args.device) for p in sd.corpus_prompts(args.prompts, args.prompt_len, seed=0)]
-    name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
-    print(f"device {args.device} ({name}), {torch.get_num_threads()} thread(s), torch {torch.__version__}; "
-          f"target {sd.n_params(target):,} parameters, draft {sd.n_params(draft):,}")
-    print(f"{args.prompts} held-out prompts x {args.n_new} new tokens, "
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
+    print(f"device {args.device} ({device}), {torch.get_num_threads()} thread(s), torch {torch.__version__}; "
+          f"target {sd.n_params(target):,} parameters")
+    print(f"{args.prompts} held-out prompts x {args.n_new} new tokens, k in {args.ks}, "
           f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature}, top_k {args.top_k}'}; "
-          f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"load average before: {load()}")
     t0 = time.perf_counter()
-    ks = range(1, args.k_max + 1)
-    with tqdm(total=args.repeats * len(prompts) * len(ks), desc="pairs", unit="pair") as bar:
-        table = sd.measure_speedup(target, draft, prompts, ks, n_new=args.n_new, repeats=args.repeats,
-                                   reps=args.reps, temperature=args.temperature, top_k=args.top_k,
-                                   on_pair=bar.update)
-    print(table)
-    print(f"took {time.perf_counter() - t0:.0f}s; load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    tables = []
+    for name in names:
+        drafter = make_drafter(name, args.device)
+        size = f"{sd.n_params(drafter.model):,} parameters" if isinstance(drafter, sd.NeuralDraft) else "no network"
+        with tqdm(total=args.repeats * len(prompts) * len(args.ks), unit="pair",
+                  desc=f"timing draft {name}: terms, then plain vs speculative") as bar:
+            table = sd.measure_speedup(target, drafter, prompts, args.ks, n_new=args.n_new, repeats=args.repeats,
+                                       reps=args.reps, temperature=args.temperature, top_k=args.top_k,
+                                       on_pair=bar.update)
+        tables.append(table)
+        print(f"\ndraft {name} ({size}); load average {load()}\n{table}\n")
+    best = max(tables, key=lambda t: max(t.measured))
+    i = best.measured.index(max(best.measured))
+    alpha = alpha_from_tokens(best.e_n[i], best.ks[i])
+    contexts = torch.stack(sd.corpus_prompts(max(args.batches), 2 * args.prompt_len, seed=1)).to(args.device)
+    with tqdm(total=len(args.batches), unit="batch size", desc="timing target passes over B x (k+1) positions") as bar:
+        batch = batch_cost(target, contexts, alpha=alpha, c_d=best.c_d[i], batches=args.batches,
+                           ks=range(1, max(args.ks) + 1), reps=args.batch_reps, on_batch=bar.update)
+    print(f"\n{batch}\n(alpha from E[N({best.ks[i]})] of draft {best.draft}, its c_d at that k)")
+    print(f"took {time.perf_counter() - t0:.0f}s; load average after: {load()}")
     if args.json is not None:
-        args.json.write_text(json.dumps(dataclasses.asdict(table), indent=1))
-    print(f"max relative error: {table.max_rel_error:.3f}")
+        args.json.write_text(json.dumps({"tables": [dataclasses.asdict(t) for t in tables],
+                                         "batch": dataclasses.asdict(batch)}, indent=1))
+    print("\n".join(final_lines(tables, batch)))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -18,13 +18,16 @@ from .accounting import (BayesCurve, SurvivorStats, bayes_conditional_acceptance
                          simulate_mixture, survivor_statistics)
 from .cost import BestK, best_k, speedup, speedup_grid
 from .lab.alignment import AlignmentReport, alignment_tv, block_scores, check_alignment, incremental_scores
+from .lab.accept import accept_block
 from .lab.corpus import corpus_prompts
+from .lab.drafters import NeuralDraft, PromptLookupDraft, TableDraft
 from .lab.generation import exact_continuations, generate_plain, generate_speculative
 from .lab.measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
+from .lab.ngram import NGramTable, build_ngram, corpus_table
 from .lab.transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
 from .lab.tree_attention import (FlatTree, TreeAlignmentReport, check_tree_alignment, path_scores,
                                  tree_from_widths, tree_mask, tree_positions, tree_scores)
-from .lab.weights import load_pair
+from .lab.weights import load_draft, load_pair
 from .markov.batched import DECODER_MODES, decode_markov
 from .markov.chain import (ReferenceChain, direct_sample, empirical_sequences, exact_sequence_distribution,
                            random_table, reference_chain, sequence_tv)
@@ -65,6 +68,8 @@ __all__ = [
     # Lab: measure it
     "CachedLM", "KVCache", "LMConfig", "n_params", "load_pair", "corpus_prompts", "generate_plain",
     "generate_speculative", "exact_continuations", "time_terms", "time_catch_up", "measure_speedup", "SpeedupTable",
+    "load_draft", "NeuralDraft", "TableDraft", "PromptLookupDraft", "NGramTable", "build_ngram", "corpus_table",
+    "accept_block",
     # Act V
     "multidraft_rules", "multidraft_law", "multidraft_accept_probability", "sample_multidraft",
     "exact_tree_distribution", "decode_tree_markov", "tree_expected_tokens", "tree_nodes", "tree_speedup",

@@ -18,6 +18,13 @@ def prompts():
     return sd.corpus_prompts(4, 24, seed=3)
 
 
+@pytest.fixture(scope="module")
+def drafters(pair):
+    """Every kind of draft for the trained target: both networks, the corpus table, prompt lookup."""
+    return {"draft": sd.NeuralDraft(pair[1]), "draft_deep": sd.NeuralDraft(sd.load_draft("draft_deep"), "draft_deep"),
+            "table": sd.TableDraft(sd.corpus_table(4)), "lookup": sd.PromptLookupDraft(256, m=3)}
+
+
 # --- the trained pair ---------------------------------------------------------------------------------
 
 def test_load_pair_eval_and_cheaper_draft(pair):
@@ -25,6 +32,22 @@ def test_load_pair_eval_and_cheaper_draft(pair):
     assert not target.training and not draft.training
     assert target.vocab == draft.vocab == 256
     assert sd.n_params(draft) * 10 < sd.n_params(target)
+    deep = sd.load_draft("draft_deep")
+    assert deep.config.n_layer == 2 and not deep.training and sd.n_params(draft) < sd.n_params(deep)
+    assert sd.n_params(deep) * 4 < sd.n_params(target)
+    with pytest.raises(ValueError, match="name must be one of 'draft', 'draft_deep'"):
+        sd.load_draft("target")
+
+
+def test_weights_files_are_small_float16_and_load_weights_only():
+    from specdec_lib.lab.weights import WEIGHTS_DIR
+    files = sorted(WEIGHTS_DIR.glob("*.pt"))
+    assert [f.name for f in files] == ["draft_deep.pt", "pair.pt"]
+    assert sum(f.stat().st_size for f in files) <= 10e6  # the issue's budget for all weights together
+    for f in files:
+        state = torch.load(f, map_location="cpu", weights_only=True)
+        tensors = [v for name, d in state.items() if not name.endswith("_config") for v in d.values()]
+        assert tensors and all(v.dtype == torch.float16 for v in tensors)
 
 
 def test_alignment_on_trained_target(pair, prompts):
@@ -70,6 +93,19 @@ def test_speculative_greedy_equals_plain_greedy(pair, prompts, k):
         assert torch.equal(spec, plain)
         summary = log.summary()
         assert summary.tokens == 24 and summary.draft_time > 0 and summary.verify_time > 0
+
+
+@pytest.mark.parametrize("name", ["draft_deep", "table", "lookup"])
+@pytest.mark.parametrize("k", [1, 2, 5, 8])
+def test_every_drafter_greedy_equals_plain_greedy(pair, prompts, drafters, name, k):
+    target, _ = pair
+    accepted = 0
+    for prompt in prompts[:3]:
+        log = sd.SpecDecodeLog(k=k, policy="greedy", temperature=0.0)
+        assert torch.equal(generate_speculative(target, drafters[name], prompt, 24, k, log=log),
+                           generate_plain(target, prompt, 24))
+        accepted += sum(log.summary().accepted_at)
+    assert accepted > 0  # the draft's proposals were used, not only the target's corrections
 
 
 def test_argument_errors(pair, prompts):
@@ -136,6 +172,16 @@ class NoRollback(OffByOne):
         return self.model(idx, cache)
 
 
+def _drafter(kind, draft):
+    """The tiny pair's draft as each kind of drafter: the network, a 3-gram table of a seeded text, prompt lookup."""
+    if kind == "neural":
+        return sd.NeuralDraft(draft)
+    if kind == "table":
+        text = torch.randint(0, V, (200,), generator=torch.Generator().manual_seed(4))
+        return sd.TableDraft(sd.build_ngram(text, V, 3))
+    return sd.PromptLookupDraft(V, m=2)
+
+
 def _empirical(target, draft, policy, n=N, seed=0):
     g = torch.Generator().manual_seed(seed)
     base = V ** torch.arange(HORIZON - 1, -1, -1)  # (h,) first token most significant
@@ -144,19 +190,21 @@ def _empirical(target, draft, policy, n=N, seed=0):
     return torch.bincount(torch.tensor(codes), minlength=V ** HORIZON).double() / n  # (V^h,)
 
 
+@pytest.mark.parametrize("kind", ["neural", "table", "lookup"])
 @pytest.mark.parametrize("policy", [{"temperature": 1.0}, {"temperature": 0.8, "top_k": 2}])
-def test_speculative_samples_the_exact_target_distribution(tiny, policy):
+def test_speculative_samples_the_exact_target_distribution(tiny, policy, kind):
     target, draft = tiny
     exact = exact_continuations(target, PROMPT, HORIZON, **policy)  # (V^h,)
     assert abs(exact.sum().item() - 1) < 1e-9
-    tv = sd.total_variation(_empirical(target, draft, policy), exact)
+    tv = sd.total_variation(_empirical(target, _drafter(kind, draft), policy), exact)
     assert tv < sd.tv_noise_bound(exact, N), tv
 
 
+@pytest.mark.parametrize("kind", ["neural", "table"])
 @pytest.mark.parametrize("broken", [OffByOne, NoRollback])
-def test_negative_controls_fail_the_same_test(tiny, broken):
+def test_negative_controls_fail_the_same_test(tiny, broken, kind):
     target, draft = tiny
     policy = {"temperature": 0.8, "top_k": 2}
     exact = exact_continuations(target, PROMPT, HORIZON, **policy)
-    tv = sd.total_variation(_empirical(broken(target), draft, policy), exact)
+    tv = sd.total_variation(_empirical(broken(target), _drafter(kind, draft), policy), exact)
     assert tv > sd.tv_noise_bound(exact, N), tv

@@ -125,3 +125,15 @@ def test_time_catch_up(tiny):
         time_catch_up(draft, torch.tensor([1, 2]), 3)
     with pytest.raises(ValueError, match="k"):
         time_catch_up(draft, torch.tensor([1, 2, 3]), 0)
+
+
+@pytest.mark.parametrize("kind", ["table", "lookup"])
+def test_measure_speedup_takes_any_drafter(tiny, kind):
+    target, _ = tiny
+    text = torch.randint(0, 8, (100,), generator=torch.Generator().manual_seed(0))
+    drafter = sd.TableDraft(sd.build_ngram(text, 8, 3)) if kind == "table" else sd.PromptLookupDraft(8, m=2)
+    t = sd.measure_speedup(target, drafter, PROMPTS, [1, 3], n_new=10, repeats=1, reps=1, temperature=1.0)
+    assert t.draft == kind and all(1.0 <= e <= k + 1 for e, k in zip(t.e_n, t.ks))
+    T_1, D, V = time_terms(target, drafter, torch.tensor([1, 2, 3, 4, 5]), [2, 4], reps=2, temperature=1.0)
+    assert T_1 > 0 and min(D + V) > 0
+    assert sd.measure_speedup(target, tiny[1], PROMPTS, [1], n_new=4, repeats=1, reps=1).draft == "draft"

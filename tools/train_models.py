@@ -5,9 +5,11 @@ sorted by name, read as bytes (vocabulary 256); every 10th file is held out for 
 (specdec_lib.lab.corpus). Both models are trained from fixed seeds with fixed step counts on the CPU,
 so a rerun reproduces the weights bit for bit only with the same Python version (the standard library's
 files differ between versions), the same torch version and the same thread count (TRAIN_THREADS).
-Writes specdec_lib/lab/weights/pair.pt (float16 weights and both configs; loaded by sd.load_pair()).
+Writes specdec_lib/lab/weights/pair.pt (target and draft: float16 weights and both configs; sd.load_pair()) and
+specdec_lib/lab/weights/draft_deep.pt (a 2-layer draft of width 64, the same format; sd.load_draft("draft_deep")).
 
-usage: python tools/train_models.py [--steps-scale X]   (X < 1 for a quick smoke run; writes nothing unless --out)
+usage: python tools/train_models.py [--steps-scale X] [--models target,draft,draft_deep]
+       (X < 1 for a quick smoke run; writes nothing unless --out; --models draft_deep leaves pair.pt alone)
 """
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ SEED = 1234
 PLAN = {  # name: (config, seed, steps, batch, lr)
     "target": (transformer.TARGET_CONFIG, 1, 2000, 16, 3e-3),
     "draft": (transformer.DRAFT_CONFIG, 2, 1500, 16, 1e-2),
+    "draft_deep": (weights.DEEP_DRAFT_CONFIG, 3, 2000, 16, 5e-3),
 }
+FILES = {"pair": ("target", "draft"), "draft_deep": ("draft_deep",)}  # weights file stem: the models it holds
 SEQ = 192  # training context = the models' max_len
 
 
@@ -52,7 +56,7 @@ def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: flo
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     data_iter = batches(data, batch, SEQ, torch.Generator().manual_seed(SEED + 10 * seed))
     t0 = time.perf_counter()
-    bar = tqdm(range(steps), desc=f"{name:>6}", unit="step")
+    bar = tqdm(range(steps), desc=f"training {name}", unit="step")
     for step in bar:
         x, y = next(data_iter)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
@@ -78,20 +82,31 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every step count (smoke runs)")
     parser.add_argument("--out", type=pathlib.Path, default=None,
-                        help="weights file (default specdec_lib/lab/weights/pair.pt for a full run)")
+                        help="folder for the weights files (default specdec_lib/lab/weights/ for a full run)")
+    parser.add_argument("--models", default=",".join(PLAN),
+                        help=f"comma-separated models to train, from {', '.join(PLAN)} (target and draft go together)")
     args = parser.parse_args(argv)
+    names = [m for m in args.models.split(",") if m]
+    unknown = sorted(set(names) - set(PLAN))
+    if unknown or not names:
+        parser.error(f"--models must name some of {', '.join(PLAN)}, got {args.models!r}")
+    stems = [stem for stem, models in FILES.items() if set(models) & set(names)]
+    for stem in stems:
+        if not set(FILES[stem]) <= set(names):
+            parser.error(f"{' and '.join(FILES[stem])} share {stem}.pt: train them together")
     torch.set_num_threads(TRAIN_THREADS)
-    out = args.out or (weights.WEIGHTS_DIR / weights.WEIGHTS_FILE if args.steps_scale == 1.0 else None)
+    out = args.out or (weights.WEIGHTS_DIR if args.steps_scale == 1.0 else None)
     data, heldout = corpus.corpus("train"), corpus.corpus("heldout")
     print(f"corpus: {len(corpus.corpus_files())} stdlib files, {data.numel():,} training bytes, "
           f"{heldout.numel():,} held out; Python {sys.version.split()[0]}, torch {torch.__version__}")
     t0 = time.perf_counter()
-    target = train("target", data, heldout, args.steps_scale)
-    draft = train("draft", data, heldout, args.steps_scale)
-    print(f"trained both in {time.perf_counter() - t0:.0f}s")
+    models = {name: train(name, data, heldout, args.steps_scale) for name in PLAN if name in names}
+    print(f"trained {', '.join(models)} in {time.perf_counter() - t0:.0f}s")
     if out is not None:
-        weights.save_pair(target, draft, out)
-        print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+        for stem in stems:
+            path = out / f"{stem}.pt"
+            weights.save_models({name: models[name] for name in FILES[stem]}, path)
+            print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)")
     return 0
 
 

@@ -1,12 +1,13 @@
-"""Lab: plain and speculative decoding over two cached transformers, with cache rollback and telemetry.
+"""Lab: plain and speculative decoding over a cached target and a drafter, with cache rollback and telemetry.
 
 Cache invariant (both decoders): the target's cache holds every committed token but the last, so each
 round feeds it exactly k+1 tokens (the last committed one and the k proposals) and reads k+1 rows:
 row j is p(. | committed, proposals[:j]). After verification both caches are cropped to the accepted
-prefix; the draft's may lag one token behind (after a full block), and its next round feeds both.
+prefix; a neural draft's may lag one token behind (after a full block), and its next round feeds both
+(lab/drafters.py: the neural, table and prompt-lookup drafts).
 
-Both decoders are built from three phases, decode_step (plain), draft_block and verify_round (a round),
-and sd.time_terms times those same functions on their own: the clock measures the code that runs.
+Both decoders are built from three phases, decode_step (plain), a drafter's propose and verify_round (a
+round), and sd.time_terms times those same functions on their own: the clock measures the code that runs.
 """
 from __future__ import annotations
 
@@ -14,96 +15,50 @@ import time
 
 import torch
 
-from .._checks import check_generator, check_int, check_real, check_token_ids
+from .._checks import check_generator, check_int, check_token_ids
 from ..policy import apply_policy
 from ..telemetry import SpecDecodeLog
-from ..verification import greedy_batch, verify_batch
+from .accept import accept_block
+from .drafters import as_drafter, draft_block
+from .steps import check_policy, pick, prefill, sync
+
+__all__ = ["check_policy", "decode_step", "draft_block", "exact_continuations", "generate_plain",
+           "generate_speculative", "prefill", "sync", "verify_round"]  # draft_block, prefill: as before the move
 
 
 def _check_prompt(prompt, model, n_new: int, extra: int = 0) -> torch.Tensor:
     """A non-empty 1-D LongTensor of ids in the model's vocabulary that leaves room for n_new (+ extra) tokens."""
     prompt = check_token_ids("prompt", prompt, model.vocab, dims=1, allow_empty=False, long_only=True)
-    if prompt.numel() + n_new + extra > model.max_len:
+    if model.max_len is not None and prompt.numel() + n_new + extra > model.max_len:
         raise ValueError(f"prompt + n_new is too long: {prompt.numel()} + {n_new} (+ {extra} for the last block) "
                          f"exceeds max_len = {model.max_len}")
     return prompt
 
 
-def check_policy(temperature, top_k) -> tuple[float, int | None]:
-    """(temperature >= 0, top_k >= 1 or None), validated: the sampling policy both decoders share."""
-    temperature = check_real("temperature", temperature, low=0.0)
-    if top_k is not None:
-        top_k = check_int("top_k", top_k, minimum=1)
-    return temperature, top_k
-
-
-def _probs(logits: torch.Tensor, temperature: float, top_k) -> torch.Tensor:
-    """sd.apply_policy(logits, temperature > 0, top_k) without its argument checks (the decode loops' hot path)."""
-    z = (logits - logits.amax(-1, keepdim=True)) / temperature  # (..., V)
-    if top_k is not None and top_k < z.shape[-1]:
-        z = z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[..., -1:], float("-inf"))
-    return torch.softmax(z, dim=-1)  # (..., V)
-
-
-def _pick(logits: torch.Tensor, temperature: float, top_k, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(token (1,), its distribution (V,) or None when greedy) from one row of logits (V,)."""
-    if temperature == 0.0:
-        return logits.argmax(-1, keepdim=True), None
-    probs = _probs(logits, temperature, top_k)  # (V,)
-    return torch.multinomial(probs, 1, generator=generator), probs
-
-
 def decode_step(model, cache, last: torch.Tensor, *, temperature: float, top_k, generator) -> torch.Tensor:
     """One plain decode step (T_1): feed the last token (1,), return the next one (1,) under the policy."""
-    return _pick(model(last[None], cache)[0, -1], temperature, top_k, generator)[0]
+    return pick(model(last[None], cache)[0, -1], temperature, top_k, generator)[0]
 
 
-def draft_block(draft, cache, x: torch.Tensor, k: int, *, temperature: float, top_k, generator):
-    """k sequential draft steps (D(k)) after feeding x (the 1 or 2 committed tokens the cache lacks).
-
-    Returns the proposals (k,) and the rows q that drew them ((k, V), or None when greedy).
-    """
-    proposals, q_rows = [], []
-    for _ in range(k):
-        x, q = _pick(draft(x[None], cache)[0, -1], temperature, top_k, generator)  # (1,), (V,) or None
-        proposals.append(x)
-        q_rows.append(q)
-    return torch.cat(proposals), (None if temperature == 0.0 else torch.stack(q_rows))
-
-
-def verify_round(target, t_cache, d_cache, last: torch.Tensor, proposals: torch.Tensor, q_rows, *, n: int,
-                 temperature: float, top_k, generator) -> tuple[int, torch.Tensor]:
+def verify_round(target, t_cache, d_state, last: torch.Tensor, proposals: torch.Tensor, q_rows, *, n: int,
+                 temperature: float, top_k, generator, drafter=None) -> tuple[int, torch.Tensor]:
     """One verification (V(k)): a target pass over last (1,) + proposals (k,), the acceptance test, the rollback.
 
     n is the number of committed tokens (the target's cache holds all but the last). Returns (A, the token
-    after the A accepted proposals, 0-d). Both caches are cropped to the n + A committed tokens: the
-    target's for correctness, the draft's so that its next proposals start from them.
+    after the A accepted proposals, 0-d). The target's cache is cropped to the n + A committed tokens (for
+    correctness), and the draft's state too (drafter.rollback; d_state a draft's KVCache when drafter is None),
+    so that its next proposals start from them. The test is sd.accept_block: verify_batch's draws, one block.
     """
     block = torch.cat([last, proposals])  # (k+1,)
     p_logits = target(block[None], t_cache)[0]  # (k+1, V); row j conditions on proposals[:j]
-    if temperature == 0.0:
-        accepted, nxt = greedy_batch(p_logits[None], proposals[None])
-    else:
-        p_rows = _probs(p_logits, temperature, top_k)  # (k+1, V)
-        accepted, nxt = verify_batch(p_rows[None], q_rows[None], proposals[None], generator)
-    a = int(accepted[0])
+    a, nxt = accept_block(p_logits, proposals, q_rows, temperature=temperature, top_k=top_k, generator=generator,
+                          one_hot=getattr(drafter, "one_hot", False))
     t_cache.crop(n + a)
-    d_cache.crop(min(d_cache.length, n + a))
-    return a, nxt[0]
-
-
-def prefill(model, prompt: torch.Tensor):
-    """A cache holding every prompt token but the last."""
-    cache = model.new_cache()
-    if prompt.numel() > 1:
-        model(prompt[None, :-1], cache)
-    return cache
-
-
-def sync(x: torch.Tensor) -> None:
-    """Wait for queued GPU work, so that a clock read after it measures it (no-op on the CPU)."""
-    if x.is_cuda:
-        torch.cuda.synchronize(x.device)
+    if drafter is None:
+        d_state.crop(min(d_state.length, n + a))
+    else:
+        drafter.rollback(d_state, n + a)
+    return a, nxt
 
 
 def _check_log(log, k: int) -> None:
@@ -145,39 +100,43 @@ def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int
                          log: SpecDecodeLog | None = None) -> torch.Tensor:
     """n_new tokens from target, k draft proposals per round verified in one cached target pass.
 
-    Temperature 0 is greedy (keep proposals while they equal the target's argmax); otherwise both models
-    sample under the same policy (temperature, top-k) and sd's verify_batch accepts or resamples, so the
-    output is distributed exactly as the target's under that policy. Each round is logged in `log`.
+    draft is a drafter (sd.NeuralDraft, sd.TableDraft, sd.PromptLookupDraft) or a draft model (a NeuralDraft).
+    Temperature 0 is greedy (keep proposals while they equal the target's argmax); otherwise both sides
+    follow the same policy (temperature, top-k) and the acceptance test keeps or resamples (verify_batch's
+    rule), so the output is distributed exactly as the target's under that policy. Each round is logged in `log`.
     """
     n_new = check_int("n_new", n_new, minimum=1)
     k = check_int("k", k, minimum=1)
+    drafter = as_drafter(draft)
     prompt = _check_prompt(prompt, target, n_new, extra=k)
-    _check_prompt(prompt, draft, n_new, extra=k)
-    if draft.vocab != target.vocab:
-        raise ValueError(f"draft and target must share a vocabulary, got {draft.vocab} and {target.vocab}")
+    _check_prompt(prompt, drafter, n_new, extra=k)
+    if drafter.vocab != target.vocab:
+        raise ValueError(f"draft and target must share a vocabulary, got {drafter.vocab} and {target.vocab}")
     temperature, top_k = check_policy(temperature, top_k)
     generator = check_generator(generator)
     _check_log(log, k)
     L = prompt.numel()
     seq = prompt.new_empty(L + n_new + k + 1)  # committed tokens (and room for one overshooting block)
     seq[:L] = prompt
-    t_cache, d_cache = prefill(target, prompt), prefill(draft, prompt)
+    t_cache, d_state = prefill(target, prompt), drafter.start(prompt)
     n = L  # committed so far
     while n < L + n_new:
         t0 = time.perf_counter()
-        # draft: catch up on committed tokens it has not read (1, or 2 after a full block), then k steps
-        proposals, q_rows = draft_block(draft, d_cache, seq[d_cache.length:n], k, temperature=temperature, top_k=top_k,
-                                        generator=generator)
-        sync(proposals)
+        # draft: catch up on committed tokens it has not read (1, or 2 after a full block), then k proposals
+        proposals, q_rows = drafter.propose(d_state, seq, n, k, temperature=temperature, top_k=top_k,
+                                            generator=generator)
+        if log is not None:  # a clock read needs the draft's work done; without a log, no wait
+            sync(proposals)
         t1 = time.perf_counter()
-        a, nxt = verify_round(target, t_cache, d_cache, seq[n - 1:n], proposals, q_rows, n=n,
-                              temperature=temperature, top_k=top_k, generator=generator)
+        a, nxt = verify_round(target, t_cache, d_state, seq[n - 1:n], proposals, q_rows, n=n,
+                              temperature=temperature, top_k=top_k, generator=generator, drafter=drafter)
         seq[n:n + a] = proposals[:a]
         seq[n + a] = nxt
         emitted = min(a + 1, L + n_new - n)
         n += a + 1
-        t2 = time.perf_counter()
         if log is not None:
+            sync(seq)
+            t2 = time.perf_counter()
             log.record_round(a, emitted, draft_time=t1 - t0, verify_time=t2 - t1)
     return seq[L:L + n_new].clone()
 

@@ -19,19 +19,12 @@ import torch
 
 from .._checks import check_int
 from ..telemetry import SpecDecodeLog
-from .generation import (
-    check_policy,
-    decode_step,
-    draft_block,
-    generate_plain,
-    generate_speculative,
-    prefill,
-    sync,
-    verify_round,
-)
+from .drafters import NeuralDraft, as_drafter
+from .generation import decode_step, generate_plain, generate_speculative, verify_round
+from .steps import check_policy, prefill, sync
 
 
-def _median_times(fns, reps: int, device_of: torch.Tensor, before=None) -> list[float]:
+def median_times(fns, reps: int, device_of: torch.Tensor, before=None) -> list[float]:
     """Median seconds of each fn() over reps calls, timed round-robin (fn 1, fn 2, ..., fn 1, ...).
 
     Taking turns spreads any drift of the machine over every term alike, and runs each call after the
@@ -65,37 +58,39 @@ def time_terms(target, draft, context: torch.Tensor, ks, reps: int = 50, *, temp
     of a speculative round (draft_block) and V(k) its verification (verify_round: one target pass over k+1
     positions, the acceptance test on real proposals, the rollback), timed taking turns as in a round. Each
     runs on caches holding context[:-1], as inside a round, and the caches are cropped back after every call.
+    draft is a drafter (sd.NeuralDraft, sd.TableDraft, sd.PromptLookupDraft) or a draft model.
     """
     ks = [check_int("k", k, minimum=1) for k in ks]
     reps = check_int("reps", reps, minimum=1)
     temperature, top_k = check_policy(temperature, top_k)
+    drafter = as_drafter(draft)
     L = context.numel()
-    t_cache, d_cache = prefill(target, context), prefill(draft, context)  # both hold context[:-1]
+    t_cache, d_state = prefill(target, context), drafter.start(context)  # the target's holds context[:-1]
     last = context[-1:]  # (1,)
     policy = {"temperature": temperature, "top_k": top_k,
               "generator": torch.Generator(device=context.device).manual_seed(seed)}
-    blocks = {}  # k: (proposals (k,), q_rows (k, V) or None), real draws of the draft after context
-    for k in ks:
-        blocks[k] = draft_block(draft, d_cache, last, k, **policy)
-        d_cache.crop(L - 1)
+
+    def drafting(k):  # a round's draft phase: read the committed tokens it lacks, propose k, then forget them
+        out = drafter.propose(d_state, context, L, k, **policy)
+        drafter.rollback(d_state, L - 1)
+        return out
+
+    blocks = {k: drafting(k) for k in ks}  # k: (proposals (k,), q_rows (k, V) or None), real draws after context
 
     def step():
         decode_step(target, t_cache, last, **policy)
         t_cache.crop(L - 1)
 
-    def drafting(k):
-        draft_block(draft, d_cache, last, k, **policy)
-        d_cache.crop(L - 1)
-
     def verifying(k):
-        verify_round(target, t_cache, d_cache, last, *blocks[k], n=L, **policy)
+        verify_round(target, t_cache, d_state, last, *blocks[k], n=L, drafter=drafter, **policy)
         t_cache.crop(L - 1)
+        drafter.rollback(d_state, L - 1)
 
-    (T_1,) = _median_times([step], reps, context)  # steps in a row, as in the plain loop
+    (T_1,) = median_times([step], reps, context)  # steps in a row, as in the plain loop
     fns = []  # D(k), V(k) for each k: the order of a round, each model running after the other
     for k in ks:
         fns += [lambda k=k: drafting(k), lambda k=k: verifying(k)]
-    times = _median_times(fns, reps, context)
+    times = median_times(fns, reps, context)
     return T_1, times[0::2], times[1::2]
 
 
@@ -110,6 +105,8 @@ def time_catch_up(draft, context: torch.Tensor, k: int, reps: int = 50, *, tempe
     k = check_int("k", k, minimum=1)
     reps = check_int("reps", reps, minimum=1)
     temperature, top_k = check_policy(temperature, top_k)
+    if isinstance(draft, NeuralDraft):
+        draft = draft.model
     if context.numel() < 3:
         raise ValueError(f"context must hold at least 3 tokens, got {context.numel()}")
     L = context.numel()
@@ -120,15 +117,17 @@ def time_catch_up(draft, context: torch.Tensor, k: int, reps: int = 50, *, tempe
     def one_behind():  # untimed: feed context[-2], so the cache lacks only the last token
         draft(context[None, -2:-1], cache)
 
+    neural = NeuralDraft(draft)
+
     def one():
-        draft_block(draft, cache, context[-1:], k, **policy)
+        neural.propose(cache, context, L, k, **policy)
         cache.crop(L - 2)
 
     def two():
-        draft_block(draft, cache, context[-2:], k, **policy)
+        neural.propose(cache, context, L, k, **policy)
         cache.crop(L - 2)
 
-    one_time, two_time = _median_times([one, two], reps, context, before=[one_behind, None])
+    one_time, two_time = median_times([one, two], reps, context, before=[one_behind, None])
     return one_time, two_time
 
 
@@ -150,6 +149,7 @@ class SpeedupTable:
     T_1_range: tuple[float, float]  # smallest and largest T_1 over pairs: how much the machine drifted
     repeats: int
     pairs: int  # plain/speculative pairs per k
+    draft: str = "draft"  # the drafter's name
 
     @property
     def rel_error(self) -> list[float]:
@@ -207,6 +207,7 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, 
     over its speculative time counted in each pair's own plain time per token (a tokens/s ratio over
     every prompt, immune to drift between pairs); the table gives the median over repeats and their
     range. Greedy by default (temperature 0); otherwise both decoders sample under (temperature, top_k).
+    draft is a drafter (sd.NeuralDraft, sd.TableDraft, sd.PromptLookupDraft) or a draft model.
     on_pair(), when given, is called after each of the repeats x len(prompts) x len(ks) pairs (a progress bar).
     """
     ks = [check_int("k", k, minimum=1) for k in ks]
@@ -220,6 +221,7 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, 
         raise ValueError("prompts must hold at least one prompt")
     if on_pair is not None and not callable(on_pair):
         raise TypeError(f"on_pair must be callable or None, got {type(on_pair).__name__}")
+    draft = as_drafter(draft)
     context = torch.cat([prompts[0], generate_plain(target, prompts[0], max(1, n_new // 2))])  # a real context
     policy = "greedy" if temperature == 0 else f"sample (top_k={top_k})"
     g = torch.Generator(device=prompts[0].device).manual_seed(seed)
@@ -262,4 +264,4 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, n_new: int = 64, 
                         alpha=summaries[ks[-1]].conditional_acceptance, predicted=predicted,
                         measured=[med(sp) for sp in speed], measured_range=[(min(sp), max(sp)) for sp in speed],
                         overhead=overhead, plain_step=med(plain_steps), T_1_range=(min(T_1s), max(T_1s)),
-                        repeats=repeats, pairs=repeats * len(prompts))
+                        repeats=repeats, pairs=repeats * len(prompts), draft=draft.name)

@@ -1,4 +1,8 @@
-"""The lab's trained target/draft pair: loaded from, and saved to, specdec_lib/lab/weights/ (`make models`)."""
+"""The lab's trained models: loaded from, and saved to, specdec_lib/lab/weights/ (`make models`).
+
+pair.pt holds the target and the 1-layer draft; draft_deep.pt a 2-layer draft of width 64 for the same target.
+Each file is a dict {name: float16 state dict, name + "_config": LMConfig fields}, loaded with weights_only.
+"""
 from __future__ import annotations
 
 import pathlib
@@ -6,31 +10,52 @@ from dataclasses import asdict
 
 import torch
 
+from .._checks import check_choice
 from .transformer import CachedLM, LMConfig
 
 WEIGHTS_DIR = pathlib.Path(__file__).parent / "weights"
 WEIGHTS_FILE = "pair.pt"
+DEEP_DRAFT_CONFIG = LMConfig(vocab=256, d_model=64, n_head=2, n_layer=2, max_len=192)
+DRAFT_FILES = {"draft": WEIGHTS_FILE, "draft_deep": "draft_deep.pt"}  # draft name: the file that holds it
+
+
+def _load(file: str, names: tuple[str, ...], device) -> list[CachedLM]:
+    """The named models of one weights file, in eval mode, as float32 on device."""
+    path = WEIGHTS_DIR / file
+    if not path.exists():
+        raise FileNotFoundError(f"no trained weights at specdec_lib/lab/weights/{file}: run `make models`")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    models = []
+    for name in names:
+        model = CachedLM(LMConfig(**state[f"{name}_config"]))
+        model.load_state_dict({k: v.float() for k, v in state[name].items()})
+        models.append(model.to(device).eval())
+    return models
 
 
 def load_pair(device: str | torch.device = "cpu") -> tuple[CachedLM, CachedLM]:
     """(target, draft) with the weights trained by `make models`, in eval mode, as float32 on `device`."""
-    path = WEIGHTS_DIR / WEIGHTS_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"no trained weights at specdec_lib/lab/weights/{WEIGHTS_FILE}: run `make models`")
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    models = []
-    for name in ("target", "draft"):
-        model = CachedLM(LMConfig(**state[f"{name}_config"]))
-        model.load_state_dict({k: v.float() for k, v in state[name].items()})
-        models.append(model.to(device).eval())
-    return models[0], models[1]
+    target, draft = _load(WEIGHTS_FILE, ("target", "draft"), device)
+    return target, draft
 
 
-def save_pair(target: CachedLM, draft: CachedLM, path: pathlib.Path) -> None:
-    """Write both models' weights (as float16, to halve the file) and configs to path."""
+def load_draft(name: str = "draft_deep", device: str | torch.device = "cpu") -> CachedLM:
+    """One trained draft for load_pair's target: 'draft' (1 layer, width 32) or 'draft_deep' (2 layers, width 64)."""
+    check_choice("name", name, tuple(DRAFT_FILES))
+    (draft,) = _load(DRAFT_FILES[name], (name,), device)
+    return draft
+
+
+def save_models(models: dict[str, CachedLM], path: pathlib.Path) -> None:
+    """Write the models' weights (as float16, to halve the file) and configs to path, keyed by name."""
     state = {}
-    for name, model in (("target", target), ("draft", draft)):
+    for name, model in models.items():
         state[name] = {k: v.detach().to("cpu", torch.float16) for k, v in model.state_dict().items()}
         state[f"{name}_config"] = asdict(model.config)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(state, path)
+
+
+def save_pair(target: CachedLM, draft: CachedLM, path: pathlib.Path) -> None:
+    """Write both models of the pair to path (save_models with the names load_pair reads)."""
+    save_models({"target": target, "draft": draft}, path)

@@ -1,0 +1,44 @@
+"""Lab: the hot-path pieces every decoder and draft shares: the policy's rows, one token choice, a prefilled cache."""
+from __future__ import annotations
+
+import torch
+
+from .._checks import check_int, check_real
+
+
+def check_policy(temperature, top_k) -> tuple[float, int | None]:
+    """(temperature >= 0, top_k >= 1 or None), validated: the sampling policy both decoders share."""
+    temperature = check_real("temperature", temperature, low=0.0)
+    if top_k is not None:
+        top_k = check_int("top_k", top_k, minimum=1)
+    return temperature, top_k
+
+
+def policy_probs(logits: torch.Tensor, temperature: float, top_k) -> torch.Tensor:
+    """sd.apply_policy(logits, temperature > 0, top_k) without its argument checks (the decode loops' hot path)."""
+    z = (logits - logits.amax(-1, keepdim=True)) / temperature  # (..., V)
+    if top_k is not None and top_k < z.shape[-1]:
+        z = z.masked_fill(z < torch.topk(z, top_k, dim=-1).values[..., -1:], float("-inf"))
+    return torch.softmax(z, dim=-1)  # (..., V)
+
+
+def pick(logits: torch.Tensor, temperature: float, top_k, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(token (1,), its distribution (V,) or None when greedy) from one row of logits (V,)."""
+    if temperature == 0.0:
+        return logits.argmax(-1, keepdim=True), None
+    probs = policy_probs(logits, temperature, top_k)  # (V,)
+    return torch.multinomial(probs, 1, generator=generator), probs
+
+
+def prefill(model, prompt: torch.Tensor):
+    """A cache holding every prompt token but the last."""
+    cache = model.new_cache()
+    if prompt.numel() > 1:
+        model(prompt[None, :-1], cache)
+    return cache
+
+
+def sync(x: torch.Tensor) -> None:
+    """Wait for queued GPU work, so that a clock read after it measures it (no-op on the CPU)."""
+    if x.is_cuda:
+        torch.cuda.synchronize(x.device)
