@@ -1,6 +1,7 @@
 # specdec: build and test entry points (GNU make >= 4.0; tried with 4.3).
 #
 #   make install     create .venv (if missing) and install the exact pins of requirements.lock + specdec_lib (editable)
+#                    (the lock includes the `audit` extra, transformers, for tests/test_audit_transformers.py)
 #   make test        pytest tests/ (without tests/e2e), then strict nbval over notebooks/*.ipynb
 #   make test-portable  strict nbval again under 5 environments that imitate other CPUs, BLAS paths and thread counts
 #   make lint        ruff check . (pyflakes, pycodestyle errors, import order, bugbear, pyupgrade; pyproject.toml)
@@ -66,6 +67,13 @@ $(STAMP): requirements.lock pyproject.toml
 	$(VENV)/bin/pip install -r requirements.lock
 	echo "+ $(VENV)/bin/pip install --no-deps --no-build-isolation -e ."
 	$(VENV)/bin/pip install --no-deps --no-build-isolation -e .
+	# the audit extra (transformers) comes from the lock's exact pins above; check that every requirement is met
+	# and that no pin dragged in another torch than the lock's
+	echo "+ $(VENV)/bin/pip check"
+	$(VENV)/bin/pip check
+	want="$$(sed -n 's/^torch==//p' requirements.lock)"
+	have="$$($(VPY) -c 'import torch; print(torch.__version__.split("+")[0])')"
+	[ "$$have" = "$$want" ] || { echo "error: the lock pins torch $$want but .venv has $$have" >&2; exit 1; }
 	touch $@
 
 install: $(STAMP)

@@ -278,3 +278,57 @@ def test_ci_run_is_executable():
     assert ci.is_file() and os.access(ci, os.X_OK)
     text = ci.read_text()
     assert "set -euo pipefail" in text and "make test" in text
+
+
+# --- the audit extra (transformers) ---------------------------------------------------------------
+
+def locked_closure(root: str) -> dict[str, str]:
+    """{name: version} of an installed distribution and everything it requires (markers evaluated, no extras)."""
+    seen: dict[str, str] = {}
+    todo = [root]
+    while todo:
+        name = canonicalize_name(todo.pop())
+        if name in seen:
+            continue
+        seen[name] = importlib.metadata.version(name)
+        for raw in importlib.metadata.requires(name) or []:
+            req = Requirement(raw)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    return seen
+
+
+def test_audit_extra_is_pinned_in_pyproject_and_lock():
+    audit = [Requirement(r) for r in pyproject()["project"]["optional-dependencies"]["audit"]]
+    assert [canonicalize_name(r.name) for r in audit] == ["transformers"]
+    specs = list(audit[0].specifier)
+    assert len(specs) == 1 and specs[0].operator == "==", "the audit's verdicts are about one transformers version"
+    assert lock_pins()["transformers"] == specs[0].version
+
+
+def test_lock_holds_the_audit_extra_with_all_its_dependencies():
+    """`make install` installs the lock: every package transformers needs must be pinned there, torch untouched."""
+    lock = lock_pins()
+    closure = locked_closure("transformers")
+    missing = sorted(n for n in closure if n not in lock)
+    assert not missing, f"transformers needs packages the lock does not pin: {missing}"
+    for name in closure:
+        for raw in importlib.metadata.requires(name) or []:
+            req = Requirement(raw)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                assert req.specifier.contains(lock[canonicalize_name(req.name)], prereleases=True), (name, raw)
+    assert lock["torch"] == TORCH_VERSION and ("torch" not in closure or closure["torch"].startswith(TORCH_VERSION))
+
+
+def test_install_rule_checks_requirements_and_keeps_the_locked_torch():
+    rule = makefile_rule("$(STAMP)")
+    assert "$(VENV)/bin/pip install -r requirements.lock" in rule
+    assert "$(VENV)/bin/pip check" in rule, "make install must fail if the audit extra's requirements are not met"
+    assert "sed -n 's/^torch==//p' requirements.lock" in rule and 'torch.__version__.split("+")[0]' in rule
+
+
+def test_installed_torch_is_the_cpu_build():
+    import torch
+
+    assert torch.__version__.split("+")[0] == TORCH_VERSION
+    assert torch.version.cuda is None, "a CUDA torch replaced the CPU build"

@@ -1,7 +1,8 @@
 """The package's layers, read off its import statements: imports only go down, and no private name crosses a module.
 
 core (specdec_lib/*.py) imports nothing else of the package; markov/ and lab/ import core and themselves,
-never each other; presentation/ and exercises/ sit on top, and only notebooks and tools import them
+never each other; presentation/ and exercises/ sit on top, and only notebooks and tools import them;
+conformance/ (the kit) imports core and markov, and nothing in the package imports it
 (the facade specdec_lib/__init__.py re-exports core, markov and lab, never presentation or exercises).
 """
 import ast
@@ -18,10 +19,11 @@ ALLOWED = {  # layer -> the layers it may import
     "lab": {"core", "lab"},
     "presentation": {"core", "markov", "lab", "presentation"},
     "exercises": {"core", "markov", "exercises"},
+    "conformance": {"core", "markov", "conformance"},
 }
 
 
-SUBPACKAGES = ("markov", "lab", "presentation", "exercises")
+SUBPACKAGES = ("markov", "lab", "presentation", "exercises", "conformance")
 
 
 def layer(module: str) -> str:

@@ -1,0 +1,4 @@
+"""python -m specdec_lib.conformance package.module:function: prints the report, exits 1 on failure."""
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""The kit's reports: per case the measured TV, its threshold, pass or fail, and the nearest known verifier."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One case of the battery, checked: n blocks, their completed law's TV from the target's, and the verdict."""
+
+    name: str
+    k: int
+    V: int
+    n: int
+    tv: float  # TV(empirical completed law, p_1 x ... x p_{k+1}), mass outside the vocabulary included
+    threshold: float  # sd.tv_noise_bound of the target law at n, delta / cases
+    floor: float  # the noise floor 1/2 sum sqrt(pi (1 - pi) / n)
+    detectable: float  # the smallest TV this n catches with probability 1 - beta
+    violations: int  # blocks whose output broke the contract (accepted != len(tokens) - 1, or a changed proposal)
+    nearest: str  # the verification bug whose exact law is nearest to the empirical one
+    nearest_tv: float
+
+    @property
+    def passed(self) -> bool:
+        return self.tv <= self.threshold and self.violations == 0
+
+
+@dataclass(frozen=True)
+class Report:
+    """What check_verifier found: one CaseResult per case, the promises it was sized for, and a diagnosis."""
+
+    subject: str
+    cases: tuple[CaseResult, ...]
+    epsilon: float
+    beta: float
+    delta: float
+    diagnosis: str  # the known verifier nearest over all cases, with its story ("" when every case passes)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.cases)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        lines = [f"conformance of {self.subject}: the law of what it commits, against a correct verifier's",
+                 f"power: a case >= {self.epsilon:g} TV off is caught with probability >= {1 - self.beta:g}; "
+                 f"a correct verifier fails this report with probability <= {self.delta:g}",
+                 f"{'case':18s} {'k':>2s} {'V':>2s} {'n':>6s} {'TV':>7s} {'threshold':>9s}  result  "
+                 "nearest bug (failures)"]
+        for c in self.cases:
+            verdict = "pass" if c.passed else "FAIL"
+            note = "" if c.passed else f"{c.nearest} (TV {c.nearest_tv:.3f})"
+            if c.violations:
+                note += f"; {c.violations} blocks broke the output contract"
+            row = f"{c.name:18s} {c.k:2d} {c.V:2d} {c.n:6d} {c.tv:7.3f} {c.threshold:9.3f}  {verdict:6s}  {note}"
+            lines.append(row.rstrip())
+        failed = sum(not c.passed for c in self.cases)
+        if failed:
+            lines.append(f"FAILED: {failed} of {len(self.cases)} cases. Looks like {self.diagnosis}")
+        else:
+            lines.append(f"PASSED: all {len(self.cases)} cases")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DrafterReport:
+    """The q contract over the kit's draft rows: the worst row's TV between what was sampled and the q reported."""
+
+    subject: str
+    n: int
+    tv: float
+    threshold: float
+    row: int  # the logits row with the largest TV - threshold
+
+    @property
+    def passed(self) -> bool:
+        return self.tv <= self.threshold
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        verdict = "PASSED" if self.passed else "FAILED: the q it reports is not the distribution it sampled"
+        return (f"q contract of {self.subject}: {self.n} draws per draft row; worst row {self.row}: "
+                f"TV {self.tv:.3f} against threshold {self.threshold:.3f}\n{verdict}")
