@@ -20,7 +20,7 @@ import specdec_lib as sd
 from specdec_lib.conformance import check_verifier
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the models are built from a config
-transformers = pytest.importorskip("transformers")
+# the lock installs transformers (the audit extra): a missing one must fail here, never skip
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.generation.utils import _speculative_sampling  # noqa: E402
 
