@@ -28,10 +28,16 @@ from .lab.transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
 from .lab.tree_attention import (FlatTree, TreeAlignmentReport, check_tree_alignment, path_scores,
                                  tree_from_widths, tree_mask, tree_positions, tree_scores)
 from .lab.weights import load_draft, load_pair
+from .markov.adaptive import (OptimalStop, PolicyResult, confidence_speedup, fixed_k_speedups, hf_schedule_speedup,
+                              optimal_stopping, policy_speedup)
 from .markov.batched import DECODER_MODES, decode_markov
 from .markov.chain import (ReferenceChain, direct_sample, empirical_sequences, exact_sequence_distribution,
                            random_table, reference_chain, sequence_tv)
+from .markov.draft_rules import ngram_proposals, typical_threshold
 from .markov.exact import exact_decoder_distribution
+from .markov.lookup import DraftCost, lookup_vs_model
+from .markov.lossy import ExactSetting, TypicalPoint, typical_exact_settings, typical_sweep
+from .markov.measures import DecoderStats, decoder_stats, kl_divergence
 from .markov.q_contract import check_q_contract
 from .markov.reference import decode_reference
 from .markov.registry import FailureMode, failure_modes
@@ -76,4 +82,9 @@ __all__ = [
     "best_tree", "BestTree",
     "FlatTree", "tree_from_widths", "tree_mask", "tree_positions", "tree_scores", "path_scores",
     "check_tree_alignment", "TreeAlignmentReport",
+    # Act V, bending the rules (lossy acceptance, adaptive k, model-free drafts)
+    "decoder_stats", "DecoderStats", "kl_divergence", "typical_threshold", "typical_sweep", "TypicalPoint",
+    "typical_exact_settings", "ExactSetting", "policy_speedup", "fixed_k_speedups", "hf_schedule_speedup",
+    "confidence_speedup", "optimal_stopping", "OptimalStop", "PolicyResult", "ngram_proposals", "lookup_vs_model",
+    "DraftCost",
 ]

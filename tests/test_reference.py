@@ -30,6 +30,8 @@ def test_decode_tables_is_decode_markov():
 def test_batched_decoder_matches_the_reference_draw_for_draw(mode):
     # every k below, at and above the horizon; 100 sequences each reach every branch of a round many times
     for k, horizon in ((0, 3), (1, 3), (4, 3), (3, 6)):
+        if k < MODES[mode].spec.k_min and MODES[mode].spec.schedule == "hf":
+            continue  # a schedule's first k must lie in [k_min, k_max]; k = 0 is refused (test_bending)
         ref = sd.decode_reference(CH.P, CH.Q, start=CH.start, horizon=horizon, k=k, n=100, mode=mode,
                                   generator=torch.Generator().manual_seed(k), Q_bad=CH.Q_bad)
         assert torch.equal(ref, batched_one_at_a_time(mode, k, 100, seed=k, horizon=horizon)), (mode, k)
@@ -43,7 +45,8 @@ def test_draw_for_draw_catches_a_different_algorithm():
 
 
 @pytest.mark.parametrize("mode", ["correct", "phantom_history", "reused_uniform", "rejected_kept",
-                                  "draft_rewound_too_far", "match_acceptance"])
+                                  "draft_rewound_too_far", "match_acceptance", "typical_acceptance", "hf_schedule",
+                                  "confidence_stop", "coin_peeking", "ngram_lookup"])
 def test_reference_samples_follow_the_exact_law(mode):
     n, k = 20_000, 2
     s = sd.decode_reference(CH.P, CH.Q, start=0, horizon=3, k=k, n=n, mode=mode,
@@ -62,7 +65,8 @@ def test_reference_law_check_has_power():
 
 
 @pytest.mark.parametrize("field, value, match", [
-    ("residual", "normalized", "DecoderSpec.residual must be one of 'normalised', 'softmax', 'target', 'single_token'"),
+    ("residual", "normalized", "DecoderSpec.residual must be one of 'normalised', 'softmax', 'target', 'single_token', "
+     "'argmax', 'typical'"),
     ("propose", "q", "DecoderSpec.propose must be one of 'Q', 'Q_bad', 'argmax_Q', 'top2_Q'"),
     ("judge", "late", "DecoderSpec.judge must be one of 'aligned', 'off_by_one'"),
     ("draft_context", "stale", "DecoderSpec.draft_context must be one of"),

@@ -50,7 +50,7 @@ def target(mode):
 
 
 def test_registry():
-    modes = failure_modes()
+    modes = failure_modes(chapter=None)  # every chapter: the field guide's and Act V's
     assert modes[0].name == "correct" and len({m.name for m in modes}) == len(modes)
     assert len(BROKEN) >= 10
     for m in modes:
@@ -61,6 +61,19 @@ def test_registry():
     assert [m.origin for m in modes].count("paper") == 1 and modes[0].origin == "paper"
     for m in modes:  # a bug credited to public code cites an issue or pull request
         assert (m.origin == "public code") == ("#" in m.reference), m.name
+
+
+def test_the_field_guide_keeps_its_chapter():
+    # 02b counts these: 18 variants besides the correct decoder, 14 of them wrong; Act V's decoders stay out
+    guide = failure_modes()
+    assert guide == failure_modes(chapter="field guide") and len(guide) == 19
+    assert sum(not m.exact for m in guide) == 14 and all(m.chapter == "field guide" for m in guide)
+    bending = failure_modes(chapter="bending the rules")
+    assert [m.name for m in bending] == ["typical_acceptance", "hf_schedule", "confidence_stop", "coin_peeking",
+                                         "ngram_lookup"]
+    assert set(MODES) == {m.name for m in guide + bending}
+    with pytest.raises(ValueError, match="chapter must be one of 'field guide', 'bending the rules'"):
+        failure_modes(chapter="act v")
 
 
 def test_origin_is_validated():

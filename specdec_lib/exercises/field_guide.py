@@ -25,7 +25,7 @@ def registry_laws(k: int = K, horizon: int = HORIZON) -> dict[str, torch.Tensor]
     """{mode: its exact output law (V,) * horizon} on the reference chain, in registry order (correct first)."""
     ch = reference_chain()
     return {m.name: exact_decoder_distribution(ch.P, ch.Q, start=ch.start, horizon=horizon, k=k, mode=m.name,
-                                               Q_bad=ch.Q_bad) for m in failure_modes()}
+                                               Q_bad=ch.Q_bad) for m in failure_modes(chapter="field guide")}
 
 
 def diagnosis(freqs: torch.Tensor, laws: dict[str, torch.Tensor]) -> str:

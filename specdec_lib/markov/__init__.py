@@ -9,4 +9,9 @@ exact        the decoder's exact output distribution, with no sampling (exact_de
 q_contract   does a drafter sample the q it reports?
 tree         Act V: a static draft tree verified root to leaf with a multi-draft rule (tree_step: one node)
 tree_cost    a tree's speedup S(T) and the best tree under a node budget
+draft_rules  Act V, bending the rules: Medusa's typical test, transformers' k schedule, n-gram lookup
+measures     a decoder's exact TV and KL to its target, tokens per call and speedup (DecoderStats)
+lossy        typical acceptance swept over epsilon; the settings that make it exact
+adaptive     stopping rules in the long run: fixed k, hf schedule, confidence stop, the optimal rule
+lookup       n-gram lookup against a model draft
 """

@@ -11,7 +11,8 @@ states, so it is precomputed as tables, flattened so that one gather reads a who
 Every draw is an inverse-CDF lookup: token = #{i : cdf[i] <= u} for a uniform u. A round draws its uniforms
 as one (2k + 1 [+ 1], m) block: k for drafting, k for the acceptance tests, one for the residual or bonus
 token (and one for a phantom token). The reference decoder reads the same uniforms in the same order, and
-the batched one reads them one slot at a time over all m sequences, as one-dimensional gathers.
+the batched one reads them one slot at a time over all m sequences, as one-dimensional gathers. Under a
+schedule each row has its own k and the block is sized by the largest (a lone row reads exactly its own).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 
 from .._checks import check_generator, check_int
 from ..sampling import accept_ratio, residual_weights
+from .draft_rules import fix_tables, ngram_proposals_batch, typical_accept
 from .registry import MODES, make_decoder
 from .spec import Decoder, DecoderSpec
 
@@ -79,22 +81,33 @@ def residual_table(P: torch.Tensor, R: torch.Tensor, kind: str = "normalised") -
 def tables(dec: Decoder) -> dict:
     """Every table a round reads, flattened for gathers (see the module docstring for the indices)."""
     V, spec = dec.target.shape[0], dec.spec
-    bonus = cdf_table(dec.target if spec.bonus == "target" else dec.draft)  # (V, V) indexed by y_k
-    fix = torch.cat([residual_table(dec.target, dec.ratio, spec.residual).reshape(V ** 3, V), bonus])
+    fixed = fix_tables(spec, dec.target)  # target-only laws (V, V): argmax, typical
+    bonus = cdf_table({"target": dec.target, "draft": dec.draft, **fixed}[spec.bonus])  # (V, V) indexed by y_k
+    if spec.residual in fixed:  # a law of the target row alone, whatever the draft and the rejected token
+        residual = cdf_table(fixed[spec.residual][:, None, None, :].expand(V, V, V, V))
+    else:
+        residual = residual_table(dec.target, dec.ratio, spec.residual)
+    fix = torch.cat([residual.reshape(V ** 3, V), bonus])
+    if spec.acceptance == "typical":  # keep[r, y] in {0, 1}: u < 1 always passes, u < 0 never does
+        keep = typical_accept(dec.target, epsilon=spec.epsilon, delta=spec.delta)
+        acc = keep[:, None, :].expand(V, V, V).reshape(-1)
+    else:
+        acc = accept_table(dec.target, dec.ratio).reshape(-1)
     cols = {name: table.T.contiguous() for name, table in  # CDF tables transposed, for draw
             {"draft": cdf_table(dec.propose), "target": cdf_table(dec.target), "fix": fix,
              "phantom": cdf_table(dec.draft)}.items()}
-    return {"V": V, "acc": accept_table(dec.target, dec.ratio).reshape(-1), **cols}  # acc: (V^3,)
+    return {"V": V, "acc": acc, "q": dec.propose.double().reshape(-1), **cols}  # acc: (V^3,), q: (V^2,)
 
 
 class Round(NamedTuple):
     """What one round did to each of m sequences: it commits columns 0 .. where of proposals + [token]."""
 
-    proposals: list[torch.Tensor]  # k x (m,) y_1 .. y_k
+    proposals: list[torch.Tensor]  # K x (m,) y_1 .. y_K (a row drafted only its first `drafted`)
     token: torch.Tensor  # (m,) the target's token, the last one committed
     where: torch.Tensor  # (m,) its column: A, or A + 1 when a rejected proposal is kept before it
     accepted: torch.Tensor  # (m,) A, the accepted proposals
     last_proposal: torch.Tensor  # (m,) y_k, where the draft stopped (its own state, if nobody trims its cache)
+    drafted: torch.Tensor  # (m,) how many proposals the row's draft made
 
     def write(self, buf: torch.Tensor, ids: torch.Tensor, at: torch.Tensor) -> None:
         """Write the round into rows ids of buf from column at: y_1 .. y_k, then the token over column `where`.
@@ -110,24 +123,37 @@ class Round(NamedTuple):
         flat[base + self.where] = self.token
 
 
-def run_round(spec: DecoderSpec, t: dict, s, d0, k: int, u) -> Round:
+def run_round(spec: DecoderSpec, t: dict, s, d0, k: int, u, k_row=None, lookup=None) -> Round:
     """One round for m sequences in committed state s (m,), draft state d0 (m,), uniforms u (2k + 1 [+ 1], m).
 
-    The same four steps as reference.decode_one, each over all m sequences, one slot at a time.
+    The same four steps as reference.decode_one, each over all m sequences, one slot at a time. k_row (m,): each
+    row's own k (at most k) under a schedule; lookup: (proposals (k, m), count (m,)) copied from the text.
     """
     V = t["V"]
-    # 1. draft: k proposals, each drawn from the draft's state before it
-    d = [d0]
-    for j in range(k):
-        d.append(draw(t["draft"], d[j], u[j]))
-    props = d[1:]
+    count = torch.full_like(s, k) if k_row is None else k_row  # (m,) proposals each row drafts
+    # 1. draft: k proposals, each drawn from the draft's state before it (or copied by a lookup)
+    if lookup is not None:
+        props, count = list(lookup[0]), lookup[1]
+        d = [s, *props]
+    else:
+        d = [d0]
+        for j in range(k):
+            d.append(draw(t["draft"], d[j], u[j]))
+        props = d[1:]
+    if spec.stop == "confidence":  # a row stops after its first token with q(y) < confidence, keeping it
+        done = torch.zeros_like(s, dtype=torch.bool)
+        for j, y in enumerate(props):
+            low = (t["q"].take(d[j] * V + y) < spec.confidence) & ~done & (j < count)
+            count, done = torch.where(low, j + 1, count), done | low
     # 2. verify slot by slot; a sequence stays alive until its first rejection
     alive = torch.ones_like(s, dtype=torch.bool)
     accepted = torch.zeros_like(s)
-    row = V ** 3 + (props[-1] if k else s)  # the row the target's token is drawn from: the bonus row, until
-    u_fix = u[2 * k]                        # a rejection replaces it by that slot's residual row
+    last_prop = s  # the last proposal a row drafted: the bonus row after a full block
+    rejected_row = torch.zeros_like(s)  # the row of fix a rejection draws from
+    u_fix = u[2 * k]
     sample_at = torch.zeros_like(s)  # match acceptance: the target's own sample at the first mismatch
     for j, y in enumerate(props):
+        active = j < count  # (m,) the row drafted proposal j
         committed = s if j == 0 else props[j - 1]  # the committed state right before y
         judge = y if spec.judge == "off_by_one" else committed  # the target row that judges y
         qctx = d[j] if spec.ratio_context == "draft" else committed  # where the verifier evaluates q
@@ -139,59 +165,70 @@ def run_round(spec: DecoderSpec, t: dict, s, d0, k: int, u) -> Round:
             ok = u[k + j] < t["acc"].take(index)
         if j == 0 and not spec.verify_first:
             ok = torch.ones_like(ok)
-        rejected = alive & ~ok  # rejected here, at the first failure
+        rejected = alive & active & ~ok  # rejected here, at the first failure
         if spec.acceptance == "match":
             sample_at = torch.where(rejected, sample, sample_at)
-        row = torch.where(rejected, index, row)
+        # the coin peeker stops before y instead: the target's bonus row at the committed state
+        rejected_row = torch.where(rejected, V ** 3 + committed if spec.stop == "coin" else index, rejected_row)
         if spec.residual_uniform == "reused":  # the rejected slot's acceptance uniform: U(a, 1), not U(0, 1)
             u_fix = torch.where(rejected, u[k + j], u_fix)
-        alive &= ok
-        accepted += alive
+        alive &= ok | ~active
+        accepted += alive & active
+        last_prop = torch.where(active, y, last_prop)
     # 3. the target's token: the residual draw at the first rejection, or the bonus after a full block
-    nxt = draw(t["fix"], row, u_fix)
+    nxt = draw(t["fix"], torch.where(alive, V ** 3 + last_prop, rejected_row), u_fix)
     if spec.acceptance == "match":  # at a mismatch the target's own sample is the token
         nxt = torch.where(alive, nxt, sample_at)
     # 4. what to commit: the accepted proposals, then the target's token in column `where` (a kept rejected
     # proposal sits before it, in column A)
     where = accepted + (spec.keep_rejected & ~alive).long()
-    return Round(proposals=props, token=nxt, where=where, accepted=accepted, last_proposal=props[-1] if k else s)
+    return Round(proposals=props, token=nxt, where=where, accepted=accepted, last_proposal=last_prop, drafted=count)
 
 
 def decode_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, n: int,
                   mode: str = "correct", generator: torch.Generator | None = None,
                   Q_bad: torch.Tensor | None = None, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None, log=None) -> torch.Tensor:
+                  top_p: float | None = None, log=None, options: dict | None = None) -> torch.Tensor:
     """n sequences (n, horizon) from a speculative block decoder over Markov target P and draft Q.
 
     `mode` is a registered decoder (`failure_modes()`; the post's five are DECODER_MODES); bad_draft and
     mismatched_q also need `Q_bad`. The sampling policy (temperature 0 is greedy) is applied to every table
     before decoding, as a serving stack applies it to both models. A SpecDecodeLog passed as `log` records
     every round: its A, and the tokens of its verified output (A proposals, then the target's token) that land
-    inside the horizon, so a log never credits tokens past the end.
+    inside the horizon, so a log never credits tokens past the end. `options` sets a mode's own options by
+    name (typical_acceptance: epsilon, delta, resample; hf_schedule: k_min, k_max; confidence_stop: confidence;
+    ngram_lookup: ngram_match); under hf_schedule k is the first round's k, and a log needs k = max(k, k_max).
     """
     dec = make_decoder(P, Q, start=start, horizon=horizon, k=k, mode=mode, Q_bad=Q_bad, temperature=temperature,
-                       top_k=top_k, top_p=top_p)
+                       top_k=top_k, top_p=top_p, options=options)
     n = check_int("n", n, minimum=1)
     generator = check_generator(generator)
-    if log is not None and getattr(log, "k", None) != dec.k:
-        raise ValueError(f"log must be a SpecDecodeLog with the same k = {dec.k}")
+    if log is not None and getattr(log, "k", None) != dec.max_k:
+        raise ValueError(f"log must be a SpecDecodeLog with the same k = {dec.max_k}")
     return decode_tables(dec, tables(dec), n=n, generator=generator, log=log)
 
 
 def decode_tables(dec: Decoder, t: dict, *, n: int, generator: torch.Generator | None, log=None) -> torch.Tensor:
     """decode_markov's loop, for a validated decoder and its tables (built once when decoding many batches)."""
-    spec, k, horizon = dec.spec, dec.k, dec.horizon
+    spec, horizon = dec.spec, dec.horizon
 
-    width = horizon + k + 1  # committed tokens, plus room for one round's overshoot (a round writes k + 1)
+    width = horizon + dec.max_k + 1  # committed tokens, plus room for one round's overshoot (a round writes k + 1)
     buf = torch.empty(n, width, dtype=torch.long)
     # the unfinished sequences only, compacted after every round: their rows in buf, tokens committed so far,
-    # the last committed token (the Markov state), the one before it, where an untrimmed draft cache left the draft
+    # the last committed token (the Markov state), the one before it, where an untrimmed draft cache left the
+    # draft, and each row's k (one k for all but under a schedule)
     ids, at = torch.arange(n), torch.zeros(n, dtype=torch.long)
     last = before = draft_last = torch.full((n,), dec.start, dtype=torch.long)
+    k_row = torch.full((n,), dec.k, dtype=torch.long)
     while ids.numel():
+        k = int(k_row.max()) if spec.schedule == "hf" else dec.k  # one row alone draws exactly its own 2k + 1
         u = torch.rand(2 * k + 1 + spec.phantom, ids.numel(), dtype=torch.float64, generator=generator)
         d0 = {"committed": last, "own_last_proposal": draft_last, "one_too_far": before}[spec.draft_context]
-        r = run_round(spec, t, last, d0, k, u)
+        lookup = None
+        if spec.proposer == "ngram":  # each row's committed text: the start token, then buf up to column at - 1
+            full_seq = torch.cat([torch.full((ids.numel(), 1), dec.start), buf[ids]], 1)  # (m, 1 + W)
+            lookup = ngram_proposals_batch(full_seq, at, k_row, k, spec.ngram_match)
+        r = run_round(spec, t, last, d0, k, u, k_row=k_row if spec.adaptive else None, lookup=lookup)
         r.write(buf, ids, at)
         if log is not None:  # a round that runs past the horizon retires only the tokens that land inside it
             log.record_rounds(r.accepted, emitted=torch.minimum(r.accepted + 1, horizon - at))
@@ -206,8 +243,12 @@ def decode_tables(dec: Decoder, t: dict, *, n: int, generator: torch.Generator |
             full_seq = torch.cat([torch.full((ids.numel(), 1), dec.start), buf[ids]], 1)  # (m, 1 + W)
             before = full_seq.gather(1, (at - 1)[:, None]).squeeze(1)
         draft_last = r.last_proposal
+        if spec.schedule == "hf":  # next_k for every row: + 2 after a full block, - 1 otherwise
+            k_row = torch.where(r.accepted == r.drafted, (k_row + 2).clamp(max=spec.k_max),
+                                (k_row - 1).clamp(min=spec.k_min))
         keep = at < horizon
         if not keep.all():
             keep = keep.nonzero().squeeze(1)
-            ids, at, last, before, draft_last = (x.index_select(0, keep) for x in (ids, at, last, before, draft_last))
+            ids, at, last, before, draft_last, k_row = (x.index_select(0, keep)
+                                                        for x in (ids, at, last, before, draft_last, k_row))
     return buf[:, :horizon]

@@ -90,18 +90,22 @@ def decode_one(dec: Decoder, uniforms) -> list[int]:
 def decode_reference(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, n: int,
                      mode: str = "correct", generator: torch.Generator | None = None,
                      Q_bad: torch.Tensor | None = None, temperature: float = 1.0, top_k: int | None = None,
-                     top_p: float | None = None) -> torch.Tensor:
+                     top_p: float | None = None, options: dict | None = None) -> torch.Tensor:
     """n sequences (n, horizon), decoded one at a time by decode_one: slow, and the definition of the algorithm.
 
     Same arguments as decode_markov. Each round draws its uniforms from `generator` in one call, so
-    decode_markov(n=1) repeated n times from the same generator returns exactly these sequences.
+    decode_markov(n=1) repeated n times from the same generator returns exactly these sequences. A spec that
+    bends the rules (Act V: a schedule, a stop, a lookup, typical acceptance) runs reference_bent.decode_one_bent.
     """
+    from .reference_bent import decode_one_bent  # here, not at the top: reference_bent reads this module's helpers
+
     dec = make_decoder(P, Q, start=start, horizon=horizon, k=k, mode=mode, Q_bad=Q_bad, temperature=temperature,
-                       top_k=top_k, top_p=top_p)
+                       top_k=top_k, top_p=top_p, options=options)
+    decode = decode_one_bent if dec.spec.bent else decode_one
     n = check_int("n", n, minimum=1)
     generator = check_generator(generator)
 
     def uniforms(count: int) -> list[float]:
         return torch.rand(count, dtype=torch.float64, generator=generator).tolist()
 
-    return torch.tensor([decode_one(dec, uniforms) for _ in range(n)], dtype=torch.long)
+    return torch.tensor([decode(dec, uniforms) for _ in range(n)], dtype=torch.long)

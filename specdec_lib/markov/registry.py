@@ -6,7 +6,7 @@ tables into the validated `Decoder` that every Markov engine (reference, batched
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import torch
@@ -18,6 +18,9 @@ from .spec import Decoder, DecoderSpec, spec_tables
 
 Origin = Literal["paper", "public code", "the post", "the course"]
 ORIGINS: tuple[str, ...] = Origin.__args__  # where a registered decoder comes from
+Chapter = Literal["field guide", "bending the rules"]
+CHAPTERS: tuple[str, ...] = Chapter.__args__  # the part of the course an entry belongs to (02b | 07)
+RESAMPLE = ("argmax", "typical")  # typical acceptance's token after the prefix: Medusa fast=True | fast=False
 
 
 @dataclass(frozen=True)
@@ -30,9 +33,12 @@ class FailureMode:
     spec: DecoderSpec = field(default_factory=DecoderSpec)
     exact: bool = False  # True: only speed is lost (the output distribution stays the target's)
     origin: Origin = "public code"  # paper (the correct decoder) | public code | the post | the course
+    chapter: Chapter = "field guide"  # field guide (02b) | bending the rules (07)
+    options: tuple[str, ...] = ()  # what a caller may set by name (make_decoder's options=)
 
     def __post_init__(self) -> None:
         check_choice("origin", self.origin, ORIGINS)
+        check_choice("chapter", self.chapter, CHAPTERS)
 
     def target(self, P: torch.Tensor) -> torch.Tensor:
         """The chain the user asked for: P under the request's policy (what an exact decoder samples)."""
@@ -86,21 +92,64 @@ _MODES = [
                 "course notes: match-based acceptance of a sampled draft", DecoderSpec(acceptance="match"),
                 exact=True, origin="the course"),
 ]
-MODES: dict[str, FailureMode] = {m.name: m for m in _MODES}
+_TRANSFORMERS = "huggingface/transformers src/transformers/generation/candidate_generator.py @ 00a11b6"
+_BENDING = [
+    FailureMode("typical_acceptance", "keep y while p(y) > min(epsilon, delta exp(-H(p))); then argmax p (Medusa)",
+                "FasterDecoding/Medusa medusa/model/utils.py evaluate_posterior, generate_candidates @ 2b89814 "
+                "(fast=True; resample='typical' is get_typical_one_token), defaults 0.09, 0.3 in medusa_generate "
+                "(medusa/model/medusa_model.py @ 60eeab9); vLLM PR #5131",
+                DecoderSpec(acceptance="typical", residual="argmax", bonus="argmax"), chapter="bending the rules",
+                options=("epsilon", "delta", "resample")),
+    FailureMode("hf_schedule", "k + 2 after a fully accepted block, k - 1 after a rejection, within [k_min, k_max]",
+                f"{_TRANSFORMERS}, update_candidate_strategy (schedule 'heuristic'); PR #28759",
+                DecoderSpec(schedule="hf"), exact=True, chapter="bending the rules", options=("k_min", "k_max")),
+    FailureMode("confidence_stop", "drafting stops after a token whose draft probability q(y) is below a threshold",
+                f"{_TRANSFORMERS}, assistant_confidence_threshold (ConfidenceCriteria); PR #33258",
+                DecoderSpec(stop="confidence"), exact=True, chapter="bending the rules", options=("confidence",)),
+    FailureMode("coin_peeking", "drafting stops just before a proposal that would be rejected (it reads the coin)",
+                "constructed for the course: a negative control (no public decoder found doing it)",
+                DecoderSpec(stop="coin"), origin="the course", chapter="bending the rules"),
+    FailureMode("ngram_lookup", "propose what followed the latest earlier occurrence of the current token, one-hot",
+                f"{_TRANSFORMERS}, PromptLookupCandidateGenerator (it takes the earliest match: "
+                "ngram_match='earliest'); PR #27775", DecoderSpec(proposer="ngram", acceptance="match"), exact=True,
+                chapter="bending the rules", options=("ngram_match",)),
+]
+MODES: dict[str, FailureMode] = {m.name: m for m in _MODES + _BENDING}
 
 
-def failure_modes() -> list[FailureMode]:
-    """Every registered decoder mode, the correct one first."""
-    return list(_MODES)
+def failure_modes(chapter: str | None = "field guide") -> list[FailureMode]:
+    """The registered decoders of one chapter (None: every chapter), the correct one first."""
+    if chapter is not None:
+        check_choice("chapter", chapter, CHAPTERS)
+    return [m for m in MODES.values() if chapter is None or m.chapter == chapter]
+
+
+def mode_spec(mode: str, options: dict | None = None) -> DecoderSpec:
+    """A registered mode's spec with the caller's options set; an option the mode does not take raises."""
+    m = MODES[check_choice("mode", mode, tuple(MODES))]
+    if options is None:
+        return m.spec
+    if not isinstance(options, dict):
+        raise TypeError(f"options must be a dict of option name -> value, got {type(options).__name__}")
+    changes = {}
+    for name, value in options.items():
+        if name not in m.options:
+            valid = ", ".join(map(repr, m.options)) or "none"
+            raise ValueError(f"mode {mode!r} takes the options {valid}; got {name!r}")
+        if name == "resample":  # one option, two fields: the token after a rejection and after a full block
+            changes.update(residual=check_choice("resample", value, RESAMPLE), bonus=value)
+        else:
+            changes[name] = value
+    return replace(m.spec, **changes)
 
 
 def make_decoder(P, Q, *, start, horizon, k, mode, Q_bad=None, temperature=1.0, top_k=None,
-                 top_p=None) -> Decoder:
+                 top_p=None, options: dict | None = None) -> Decoder:
     """Validate a decoder's arguments and build its tables: the one entry point of every Markov engine."""
     P, Q = check_table("P", P), check_table("Q", Q)
     if Q.shape != P.shape:
         raise ValueError(f"P and Q must have the same shape, got {tuple(P.shape)} and {tuple(Q.shape)}")
-    spec = MODES[check_choice("mode", mode, tuple(MODES))].spec
+    spec = mode_spec(mode, options)
     if "Q_bad" in (spec.propose, spec.ratio):
         if Q_bad is None:
             raise ValueError(f"mode {mode!r} needs Q_bad, the second draft table")
@@ -110,5 +159,8 @@ def make_decoder(P, Q, *, start, horizon, k, mode, Q_bad=None, temperature=1.0, 
     start = check_start(start, P.shape[0])
     horizon = check_int("horizon", horizon, minimum=1)
     k = check_int("k", k, minimum=0)
+    if spec.schedule == "hf" and not spec.k_min <= k <= spec.k_max:
+        raise ValueError(f"k (the schedule's first k) must lie in [k_min, k_max] = [{spec.k_min}, {spec.k_max}], "
+                         f"got {k}")
     P, Q, Q_bad = (None if t is None else policy_table(t, temperature, top_k, top_p) for t in (P, Q, Q_bad))
     return Decoder(spec, *spec_tables(spec, P, Q, Q_bad), start=start, horizon=horizon, k=k)

@@ -12,7 +12,7 @@ from typing import Literal, get_args, get_type_hints
 
 import torch
 
-from .._checks import check_choice
+from .._checks import check_choice, check_int, check_real
 from ..policy import policy_table
 
 Table = Literal["Q", "Q_bad", "argmax_Q", "top2_Q"]
@@ -28,16 +28,29 @@ class DecoderSpec:
     draft_context: Literal["committed", "own_last_proposal", "one_too_far"] = "committed"
     ratio_context: Literal["draft", "committed"] = "draft"  # where the verifier evaluates q for proposal 1
     judge: Literal["aligned", "off_by_one"] = "aligned"  # target row for proposal j: before y_j | at y_j
-    acceptance: Literal["ratio", "match"] = "ratio"  # u < min(1, p/q) | a target sample equals y
+    # u < min(1, p/q) | a target sample equals y | p(y) > min(epsilon, delta exp(-H(p))) (Medusa's typical test)
+    acceptance: Literal["ratio", "match", "typical"] = "ratio"
     verify_first: bool = True  # False: proposal 1 is committed unverified
-    # what a rejection samples: [p - q]_+ normalised | softmax of [p - q]_+ | p | p without the rejected y
-    residual: Literal["normalised", "softmax", "target", "single_token"] = "normalised"
+    # what a rejection samples: [p - q]_+ normalised | softmax of [p - q]_+ | p | p without the rejected y |
+    # argmax p | p restricted to p >= the typical threshold (Medusa's two ways to pick the token after a prefix)
+    residual: Literal["normalised", "softmax", "target", "single_token", "argmax", "typical"] = "normalised"
     residual_uniform: Literal["fresh", "reused"] = "fresh"  # reused: the rejected slot's acceptance uniform
-    bonus: Literal["target", "draft"] = "target"  # the bonus after a full block: target P | draft Q
+    bonus: Literal["target", "draft", "argmax", "typical"] = "target"  # after a full block: P | Q | argmax P | typical
     keep_rejected: bool = False  # the rejected proposal stays in the output before the correction
     phantom: bool = False  # an unverified draft token is appended after every round
     policy: tuple = ()  # the request's sampling policy, e.g. (("top_p", 0.8),)
     policy_on_target: bool = True  # False: the policy reaches the draft but not the target
+    # Act V, bending the rules (draft_rules.py): where proposals come from, how many a round drafts
+    proposer: Literal["model", "ngram"] = "model"  # ngram: copy what followed an earlier occurrence, one-hot
+    ngram_match: Literal["latest", "earliest"] = "latest"  # which earlier occurrence (transformers takes the first)
+    schedule: Literal["fixed", "hf"] = "fixed"  # hf: k + 2 after a full block, k - 1 otherwise, in [k_min, k_max]
+    stop: Literal["never", "confidence", "coin"] = "never"  # confidence: after a token with q < confidence;
+    #                                                          coin: just before a proposal that would be rejected
+    epsilon: float = 0.09  # typical acceptance: Medusa's posterior_threshold
+    delta: float = 0.3  # typical acceptance: Medusa's posterior_alpha
+    confidence: float = 0.4  # transformers' assistant_confidence_threshold
+    k_min: int = 1
+    k_max: int = 8
 
     def __post_init__(self) -> None:
         hints = get_type_hints(DecoderSpec)
@@ -49,6 +62,25 @@ class DecoderSpec:
                 check_choice(f"DecoderSpec.{f.name}", value, get_args(kind))
         if not isinstance(self.policy, tuple) or not all(isinstance(p, tuple) and len(p) == 2 for p in self.policy):
             raise TypeError(f"DecoderSpec.policy must be a tuple of (name, value) pairs, got {self.policy!r}")
+        check_real("DecoderSpec.epsilon", self.epsilon, low=0.0, high=1.0)
+        check_real("DecoderSpec.delta", self.delta, low=0.0, high=1.0)
+        check_real("DecoderSpec.confidence", self.confidence, low=0.0, high=1.0)
+        k_min = check_int("DecoderSpec.k_min", self.k_min, minimum=0)
+        if check_int("DecoderSpec.k_max", self.k_max, minimum=1) < k_min:
+            raise ValueError(f"DecoderSpec.k_max must be >= k_min = {k_min}, got {self.k_max}")
+        if self.adaptive and (self.draft_context != "committed" or self.phantom):
+            raise ValueError("an adaptive or n-gram draft needs draft_context='committed' and phantom=False")
+
+    @property
+    def bent(self) -> bool:
+        """True when the spec uses an Act V rule: adaptive drafting, or typical acceptance and its resamples."""
+        resamples = {self.residual, self.bonus} & {"argmax", "typical"}
+        return self.adaptive or self.acceptance == "typical" or bool(resamples)
+
+    @property
+    def adaptive(self) -> bool:
+        """True when a round's proposals are not k draws from a table: a schedule, a stopping rule or a lookup."""
+        return (self.schedule, self.stop, self.proposer) != ("fixed", "never", "model")
 
 
 def spec_tables(spec: DecoderSpec, P: torch.Tensor, Q: torch.Tensor, Q_bad: torch.Tensor | None):
@@ -75,3 +107,8 @@ class Decoder:
     start: int
     horizon: int
     k: int
+
+    @property
+    def max_k(self) -> int:
+        """The most proposals one round can draft: k, or k_max under a schedule that grows it."""
+        return max(self.k, self.spec.k_max) if self.spec.schedule == "hf" else self.k

@@ -41,7 +41,7 @@ def decoder_law(mode: str, *, k: int = K, horizon: int = HORIZON) -> tuple[torch
 def guide_rows(*, k: int = K, horizon: int = HORIZON) -> list[GuideRow]:
     """One GuideRow per registered decoder, in registry order."""
     rows = []
-    for m in failure_modes():
+    for m in failure_modes(chapter="field guide"):
         law, want = decoder_law(m.name, k=k, horizon=horizon)
         rows.append(GuideRow(m.name, total_variation(law, want), m.exact, m.reference, m.description))
     return rows
@@ -95,8 +95,8 @@ def field_guide_explorer(mode: str = "greedy_draft_softmax_q"):
     """A dropdown over every registered decoder: its card and its exact law against the target."""
     import ipywidgets as widgets
 
-    dropdown = widgets.Dropdown(options=[m.name for m in failure_modes()], value=mode, description="bug",
-                                layout=widgets.Layout(width="60%"))
+    names = [m.name for m in failure_modes(chapter="field guide")]
+    dropdown = widgets.Dropdown(options=names, value=mode, description="bug", layout=widgets.Layout(width="60%"))
     return explorer(lambda mode: (plot_bug(mode), bug_card(mode)), {"mode": dropdown})
 
 
