@@ -5,40 +5,23 @@ Verdicts in the pinned version (recorded here as assertions, whatever they are):
   generate(assistant_model=..., do_sample=True) on tiny random Llamas (V = 4): within the noise bound of the target's
   exact law over three new tokens (teacher forcing), and far from the draft's (the negative control);
   prompt lookup decoding and greedy assisted decoding: token for token equal to plain greedy.
-transformers draws from torch's global generator; every sampling call here runs inside torch.random.fork_rng,
-seeded from an explicit torch.Generator, so the test leaves the global state as it found it.
+The helpers (models, exact laws, seeded sampling) live in specdec_lib.conformance.hf, shared with notebook 02c.
 """
 from __future__ import annotations
 
-import itertools
 import os
 
 import pytest
 import torch
 
 import specdec_lib as sd
-from specdec_lib.conformance import check_verifier
+from specdec_lib.conformance import check_verifier, hf
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the models are built from a config
 # the lock installs transformers (the audit extra): a missing one must fail here, never skip
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.generation.utils import _speculative_sampling  # noqa: E402
 
-V, HORIZON, N_SAMPLES = 4, 3, 1000  # 4^3 = 64 outcomes; 1000 generate() calls, one thread
-PROMPT = torch.tensor([[1, 2]])
-
-
-def tiny_llama(seed: int, layers: int, head_scale: float = 40.0) -> LlamaForCausalLM:
-    """A randomly initialised Llama over V tokens, its head scaled so next-token laws are peaked (not near uniform)."""
-    cfg = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32, bos_token_id=None,
-                      eos_token_id=None, pad_token_id=0, tie_word_embeddings=False)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(head_scale)
-    return model
+N_SAMPLES = 1000  # generate() calls over 4^3 = 64 outcomes, one thread
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,26 +37,7 @@ def one_thread():
 def pair():
     """The target, and a draft that is the same network at temperature 2.5 (head x 0.4): TV 0.45 over three tokens,
     so proposals are often kept and often rejected (a draft from another seed is 0.98 off and almost never kept)."""
-    return tiny_llama(1, layers=2), tiny_llama(1, layers=2, head_scale=16.0)
-
-
-def exact_law(model, prompt: torch.Tensor, horizon: int) -> torch.Tensor:
-    """The model's law over its next `horizon` tokens, (V,) * horizon, by teacher forcing: one batched forward."""
-    heads = torch.tensor(list(itertools.product(range(V), repeat=horizon - 1)), dtype=torch.long)  # (V^(h-1), h-1)
-    ids = torch.cat([prompt.expand(heads.shape[0], -1), heads], dim=1)  # (V^(h-1), len + h - 1)
-    with torch.no_grad():
-        logits = model(ids).logits[:, prompt.shape[1] - 1:]  # (V^(h-1), h, V) the law of each next token
-    rows = logits.double().softmax(-1)
-    law = torch.zeros((V,) * horizon, dtype=torch.float64)
-    for b, head in enumerate(heads.tolist()):
-        for z in range(V):
-            seq = (*head, z)
-            law[seq] = torch.prod(torch.stack([rows[b, i, t] for i, t in enumerate(seq)])).item()
-    return law
-
-
-def sample_config(**kw) -> GenerationConfig:
-    return GenerationConfig(max_new_tokens=HORIZON, top_k=None, top_p=None, temperature=1.0, pad_token_id=0, **kw)
+    return hf.audit_pair()
 
 
 def test_speculative_sampling_passes_the_kit():
@@ -85,38 +49,42 @@ def test_speculative_sampling_passes_the_kit():
 @pytest.fixture(scope="module")
 def assisted_samples(pair):
     target, draft = pair
-    g = torch.Generator().manual_seed(0)
-    counts = torch.zeros((V,) * HORIZON, dtype=torch.float64)
-    cfg = sample_config(do_sample=True)
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.default_generator.manual_seed(int(torch.randint(2**62, (1,), generator=g)))
-        for _ in range(N_SAMPLES):
-            out = target.generate(PROMPT, assistant_model=draft, generation_config=cfg)
-            counts[tuple(out[0, PROMPT.shape[1]:].tolist())] += 1
-    return counts / N_SAMPLES
+    return hf.sampled_law(target, N_SAMPLES, torch.Generator().manual_seed(0), assistant_model=draft)
 
 
 def test_assisted_sampling_matches_the_target_law(pair, assisted_samples):
     target, draft = pair
-    p, q = exact_law(target, PROMPT, HORIZON), exact_law(draft, PROMPT, HORIZON)
+    p, q = hf.exact_law(target), hf.exact_law(draft)
     bound = sd.tv_noise_bound(p, N_SAMPLES)  # a correct sampler exceeds it with probability < 1e-6
     assert sd.total_variation(assisted_samples, p) <= bound
     # negative control: the draft's own law is far off, and the same bound rejects it
     assert sd.total_variation(p, q) > 2 * bound and sd.total_variation(assisted_samples, q) > bound
 
 
-def greedy_prompts(n: int = 12, length: int = 6) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    return [torch.randint(V, (1, length), generator=g) for _ in range(n)]
+def test_sampling_leaves_the_global_generator_alone(pair):
+    state = torch.get_rng_state()
+    a = hf.sampled_law(pair[0], 20, torch.Generator().manual_seed(3))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert torch.equal(a, hf.sampled_law(pair[0], 20, torch.Generator().manual_seed(3)))  # seeded: the same draws
 
 
 @pytest.mark.parametrize("how", ["prompt_lookup", "assistant"])
 def test_greedy_speculation_equals_plain_greedy(pair, how):
     target, draft = pair
     extra = {"prompt_lookup_num_tokens": 2} if how == "prompt_lookup" else {"assistant_model": draft}
-    cfg = GenerationConfig(max_new_tokens=10, do_sample=False, pad_token_id=0)
-    with torch.no_grad():
-        for ids in greedy_prompts():
-            plain = target.generate(ids, generation_config=cfg)
-            fast = target.generate(ids, generation_config=cfg, **extra)
-            assert torch.equal(plain, fast), (how, ids.tolist(), plain.tolist(), fast.tolist())
+    assert hf.greedy_mismatches(target, hf.greedy_prompts(), **extra) == []
+
+
+def test_greedy_mismatches_sees_a_changed_decoder(pair):
+    # negative control: a decoder that is not plain greedy (a repetition penalty) differs on some prompts, and the
+    # helper names them
+    assert hf.greedy_mismatches(pair[0], hf.greedy_prompts(), repetition_penalty=5.0) != []
+
+
+def test_helpers_validate_input():
+    with pytest.raises(ValueError, match="layers must be >= 1"):
+        hf.tiny_llama(0, layers=0)
+    with pytest.raises(TypeError, match="generator must be a torch.Generator"):
+        hf.sampled_law(hf.tiny_llama(0), 10, None)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        hf.greedy_prompts(0)

@@ -87,6 +87,12 @@ def test_verify_block_passes_and_the_report_reads():
     assert [c.k for c in report.cases] == [1, 1, 1, 1, 2, 2, 3, 4]
 
 
+def test_a_fixed_n_promises_no_power():
+    """With n fixed by the caller the sample is not sized for epsilon, so the header must not claim the power."""
+    text = str(check_verifier(sd.verify_blocks, convention="batched", n=200))
+    assert "none promised" in text and "0.15 TV off is caught" not in text
+
+
 @pytest.mark.parametrize("kv", EXACT, ids=lambda kv: kv.name)
 def test_exact_rules_pass(kv):
     assert check_verifier(kv.verify, convention="batched").passed

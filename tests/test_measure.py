@@ -108,13 +108,27 @@ def test_time_terms_rejects_bad_reps(tiny):
 
 
 def test_reference_table_is_a_real_run():
-    """The recorded table must be what measure_speedup returns: internally consistent, not typed in."""
-    from specdec_lib.presentation.measure_it import REFERENCE as R
-    assert dataclasses.is_dataclass(R) and R.ks == list(range(1, 9)) and R.pairs == 42
-    for i, k in enumerate(R.ks):
-        assert R.predicted[i] == pytest.approx(R.e_n[i] / (k * R.c_d[i] + R.c_v[i]), abs=2e-3)
-        assert R.measured_range[i][0] <= R.measured[i] <= R.measured_range[i][1]
-    assert R.max_rel_error <= 0.15
+    """The recorded run must be what measure_speedup and batch_cost return: internally consistent, not typed in."""
+    from specdec_lib.lab.batch_cost import best_k_by_batch, fit_c_v
+    from specdec_lib.presentation.measure_it import RECORDED as R
+    assert [t.draft for t in R.tables] == ["draft", "draft_deep", "table", "lookup"]
+    for t in R.tables:
+        assert dataclasses.is_dataclass(t) and t.ks == sorted(set(t.ks)) and t.pairs % t.repeats == 0
+        assert len(t.alpha) == t.ks[-1]  # acceptance by position at the largest k
+        assert all(len(x) == len(t.ks) for x in (t.c_d, t.c_v, t.e_n, t.predicted, t.measured, t.overhead))
+        assert t.T_1_range[0] <= t.T_1 <= t.T_1_range[1]
+        for i, k in enumerate(t.ks):
+            assert t.predicted[i] == pytest.approx(t.e_n[i] / (k * t.c_d[i] + t.c_v[i]), rel=1e-12)
+            assert t.measured_range[i][0] <= t.measured[i] <= t.measured_range[i][1]
+            assert 1.0 <= t.e_n[i] <= k + 1
+    b = R.batch
+    assert len(b.T_1) == len(b.c_v) == len(b.fits) == len(b.best) == len(b.batches)
+    for row, fit in zip(b.c_v, b.fits):
+        assert fit == pytest.approx(fit_c_v(b.ks, row), rel=1e-12)
+    assert [x.k for x in b.best] == [x.k for x in best_k_by_batch(b.fits, b.alpha, b.c_d, k_max=max(b.ks))]
+    best, i = R.best()  # the batch regime's alpha and c_d are the best measured draft's, at its k
+    assert b.c_d == best.c_d[i] and sd.expected_tokens(b.alpha, best.ks[i]) == pytest.approx(best.e_n[i], abs=1e-9)
+    assert max(R.measured) > 1.0  # the run has a configuration faster than plain decoding
 
 
 def test_time_catch_up(tiny):

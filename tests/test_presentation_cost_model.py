@@ -176,3 +176,36 @@ def test_explorer_at_zero_overhead_and_slope_reports_as_before(fast_png):
 @pytest.mark.parametrize("name", sorted(views.FIGURES))
 def test_figures_build(name):
     assert isinstance(views.FIGURES[name](), Figure)
+
+
+def _batch(slopes, best_ks):
+    """A BatchCost with lines c_v(k; B) = 1 + slope k measured exactly at k = 1..4, and the given best k per B."""
+    from specdec_lib.lab.batch_cost import BatchCost
+    ks = [1, 2, 3, 4]
+    return BatchCost(batches=[1, 4, 16][:len(slopes)], ks=ks, T_1=[1e-3] * len(slopes),
+                     c_v=[[1 + s * k for k in ks] for s in slopes], fits=[(1.0, s) for s in slopes],
+                     best=[sd.BestK(k=k, speedup=1.0 + 0.1 * k, speedups=[1.0]) for k in best_ks], alpha=0.6, c_d=0.02)
+
+
+def test_batch_regime_draws_each_line_the_illustrative_slopes_and_best_k():
+    fig = views.plot_batch_regime(_batch([0.05, 0.2, 0.4], [3, 2, 0]))
+    ax, bx = fig.axes
+    measured = [ln for ln in ax.get_lines() if ln.get_gid() == views.MEASURED_GID]
+    assert [list(ln.get_ydata()) for ln in measured] == [[1 + s * k for k in (1, 2, 3, 4)] for s in (0.05, 0.2, 0.4)]
+    illustrative = [ln for ln in ax.get_lines() if ln.get_gid() == views.ILLUSTRATIVE_GID]
+    assert [ln.get_ydata()[-1] for ln in illustrative] == pytest.approx([1.2, 3.0])  # 1 + 0.05 k, 1 + 0.5 k at k = 4
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:3] == ["B = 1: 1.00 + 0.050 k", "B = 4: 1.00 + 0.200 k", "B = 16: 1.00 + 0.400 k"]
+    (stars,) = [ln for ln in bx.get_lines() if ln.get_gid() == views.BEST_K_GID]
+    assert list(stars.get_xdata()) == [1, 4, 16] and list(stars.get_ydata()) == [3, 2, 0]
+    assert [t.get_text() for t in bx.texts] == ["S = 1.30", "S = 1.20", "S = 1.00"]
+    other = views.plot_batch_regime(_batch([0.05, 0.2, 0.4], [3, 3, 3])).axes[1]  # negative control: k unchanged
+    assert list([ln for ln in other.get_lines() if ln.get_gid() == views.BEST_K_GID][0].get_ydata()) == [3, 3, 3]
+
+
+def test_batch_regime_of_the_recorded_run():
+    from specdec_lib.presentation.measure_it import RECORDED
+    bx = views.FIGURES["act4_batch_regime"]().axes[1]
+    (stars,) = [ln for ln in bx.get_lines() if ln.get_gid() == views.BEST_K_GID]
+    assert list(stars.get_ydata()) == [b.k for b in RECORDED.batch.best]
+    assert f"α = {RECORDED.batch.alpha:.2f}" in bx.get_title()

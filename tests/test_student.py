@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import make_student  # noqa: E402
 
 EXERCISE_NOTEBOOKS = ["01_distribution", "02_block_decoder", "02b_field_guide", "03_token_accounting", "04_cost_model",
-                      "06_many_drafts_and_trees"]
+                      "05_measure_it", "06_many_drafts_and_trees", "07_bending_the_rules"]
 
 
 def tags(cell):

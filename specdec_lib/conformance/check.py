@@ -89,7 +89,7 @@ def check_verifier(fn: Callable, *, convention: str = "probs", seed: int = 0, n:
     best = min(wrong, key=lambda name: round(totals[name], 9))
     diagnosis = "" if all(c.passed for c in results) else f"{best}: {wrong[best].description} ({wrong[best].reference})"
     name = subject or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-    return Report(name, tuple(results), epsilon, beta, delta, diagnosis)
+    return Report(name, tuple(results), epsilon, beta, delta, diagnosis, sized=n is None)
 
 
 DRAFT_LOGITS = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 0.0, 0.0, 0.0],

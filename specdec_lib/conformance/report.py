@@ -35,6 +35,7 @@ class Report:
     beta: float
     delta: float
     diagnosis: str  # the known verifier nearest over all cases, with its story ("" when every case passes)
+    sized: bool = True  # n came from the power calculation (False: the caller fixed n, so no power is promised)
 
     @property
     def passed(self) -> bool:
@@ -44,9 +45,10 @@ class Report:
         return self.passed
 
     def __str__(self) -> str:
+        power = (f"power: a case >= {self.epsilon:g} TV off is caught with probability >= {1 - self.beta:g}; "
+                 if self.sized else "power: none promised (n was fixed by the caller, not sized for epsilon); ")
         lines = [f"conformance of {self.subject}: the law of what it commits, against a correct verifier's",
-                 f"power: a case >= {self.epsilon:g} TV off is caught with probability >= {1 - self.beta:g}; "
-                 f"a correct verifier fails this report with probability <= {self.delta:g}",
+                 power + f"a correct verifier fails this report with probability <= {self.delta:g}",
                  f"{'case':18s} {'k':>2s} {'V':>2s} {'n':>6s} {'TV':>7s} {'threshold':>9s}  result  "
                  "nearest bug (failures)"]
         for c in self.cases:

@@ -23,6 +23,7 @@ BEST_K_GID = "best_k"  # markers / labels of the best draft length
 DRAFT_GID, VERIFY_GID, OVERHEAD_GID = "draft_step", "verification", "overhead"  # the speculative lane's bars
 PLAIN_GID = "plain_step"  # the plain-decoding lane's bars, one per target step
 LANE_END_GID = "lane_end"  # the tick where each lane ends
+MEASURED_GID, ILLUSTRATIVE_GID = "measured", "illustrative"  # c_v(k; B) as measured; the notebook's two slopes
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,38 @@ def plot_k_sweep(*, alphas: Sequence[float] = (0.5, 0.7, 0.9), c_d: float = 0.15
     return fig
 
 
+def plot_batch_regime(batch):
+    """Left: c_v(k; B) measured per batch size B, its fitted line, the two illustrative slopes. Right: best k by B."""
+    fig, (ax, bx) = new_figure(2, width=9.6, height=3.6)
+    palette = [COLORS["target"], COLORS["draft"], COLORS["overlap"], COLORS["wrong"], COLORS["neutral"], "#9467bd"]
+    ks = [0] + list(batch.ks)
+    for b, B in enumerate(batch.batches):
+        color = palette[b % len(palette)]
+        c0, slope = batch.fits[b]
+        ax.plot(batch.ks, batch.c_v[b], marker="o", linestyle="none", color=color, gid=MEASURED_GID)
+        ax.plot(ks, [c0 + slope * k for k in ks], color=color, label=f"B = {B}: {c0:.2f} + {slope:.3f} k")
+    for illustrative, style in ((MEMORY_BOUND, ":"), (COMPUTE_BOUND, "--")):
+        ax.plot(ks, [illustrative(k) for k in ks], color="black", linestyle=style, gid=ILLUSTRATIVE_GID,
+                label=f"illustrative: {illustrative}")
+    ax.set_xlabel("draft length k")
+    ax.set_ylabel("c_v(k; B), in T_1(B)")
+    ax.set_title("one target pass over B x (k+1) positions, measured", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    best = [x.k for x in batch.best]
+    bx.plot(batch.batches, best, color=COLORS["target"], marker="*", markersize=12, gid=BEST_K_GID)
+    for B, x in zip(batch.batches, batch.best):
+        bx.annotate(f"S = {x.speedup:.2f}", (B, x.k), xytext=(0, 8), textcoords="offset points", ha="center",
+                    fontsize=8)
+    bx.set_xscale("log", base=2)
+    bx.set_xticks(batch.batches)
+    bx.get_xaxis().set_major_formatter("{x:g}")
+    bx.set_ylim(-0.5, max(best) + 1.5)
+    bx.set_xlabel("batch size B")
+    bx.set_ylabel("best k (0 = do not speculate)")
+    bx.set_title(f"best k at α = {batch.alpha:.2f}, c_d = {batch.c_d:.3f}", fontsize=10)
+    return fig
+
+
 def cost_explorer(*, alpha: float = 0.8, k: int = 8, c_d: float = 0.15, c_v: float = 1.6, b: float = 0.0,
                   overhead: float = 0.0, k_max: int = 32):
     """Sliders for alpha, k, c_d, c_v(k) = c_v + b k and the overhead O over plot_speedup_heatmap, with the best k."""
@@ -204,9 +237,17 @@ def cost_explorer(*, alpha: float = 0.8, k: int = 8, c_d: float = 0.15, c_v: flo
     return explorer(render, sliders, rows=[["alpha", "k"], ["c_d", "c_v"], ["b", "overhead"]])
 
 
+def _recorded_batch():
+    """The batch regime of the lab's recorded `make measure` run (presentation.measure_it.RECORDED)."""
+    from .measure_it import RECORDED  # measure_it imports this module: read it only when drawing
+
+    return RECORDED.batch
+
+
 FIGURES = {
     "act4_round_timeline": lambda: plot_round_timeline(),
     "act4_speedup_heatmap": lambda: plot_speedup_heatmap(point=(0.8, 0.40)),  # the post's 0.90! cell
     "act4_k_sweep": lambda: plot_k_sweep(),
     "act4_k_sweep_compute_bound": lambda: plot_k_sweep(c_v=COMPUTE_BOUND),
+    "act4_batch_regime": lambda: plot_batch_regime(_recorded_batch()),
 }

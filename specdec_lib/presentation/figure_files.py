@@ -9,7 +9,8 @@ from .. import presentation
 from .style import DPI
 
 # presentation modules in course order; any other module with FIGURES follows, so none is ever left out
-ACTS = ("distribution", "block_decoder", "field_guide", "token_accounting", "cost_model", "measure_it")
+ACTS = ("distribution", "block_decoder", "field_guide", "audit", "token_accounting", "cost_model", "measure_it",
+        "many_drafts_and_trees", "bending_the_rules")
 
 
 def figure_modules() -> list[str]:

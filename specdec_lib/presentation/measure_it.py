@@ -1,31 +1,126 @@
-"""Lab figures: the cost equation's predicted speedup beside the clock's, and where a round's time goes.
+"""Lab figures: the cost equation beside the clock for every draft, the (c_d, alpha) plane, a what-if panel.
 
-The plots take a SpeedupTable (sd.measure_speedup). FIGURES draws a recorded table (REFERENCE, from
-`make measure` on the reference CPU), so `make figures` stays deterministic and never times anything.
+The plots read a Recording: every SpeedupTable and the batch fit of one `make measure` run, written by
+`benchmarks/measure_speedup.py --json` and committed as data/measure_reference.json (RECORDED), so figures
+and notebooks print the same numbers on every machine and never time anything.
 """
 from __future__ import annotations
 
+import json
+import math
+import pathlib
+from dataclasses import dataclass
+
+import torch
+
+from .._checks import check_int, check_real
+from ..accounting import expected_tokens
+from ..cost import BestK, speedup
+from ..lab.batch_cost import BatchCost, fit_c_v
+from ..lab.drafters import as_drafter
+from ..lab.generation import generate_plain, verify_round
 from ..lab.measure import SpeedupTable
+from ..lab.transformer import KVCache
+from .cost_model import LinearCost, plot_speedup_heatmap
 from .style import COLORS, new_figure
+from .widgets import explorer
 
 PARITY_GID = "parity"  # the dashed line S = 1
 MEASURED_GID = "measured"  # the measured speedups
+DRAFTS_GID = "drafts"  # the recorded drafts on the (c_d, alpha) plane
+REFERENCE_PATH = pathlib.Path(__file__).with_name("data") / "measure_reference.json"
 
-# `make measure` on the reference machine: a 2-core AMD EPYC VM (load average 0.8 before, 1.0 after), 1 thread,
-# temperature 1, 6 held-out prompts x 64 tokens, 7 repeats (42 pairs per k), 119 s; max relative error 0.100.
-REFERENCE = SpeedupTable(
-    ks=[1, 2, 3, 4, 5, 6, 7, 8], T_1=0.002123, T_1_range=(0.00124, 0.003256),
-    c_d=[0.338, 0.304, 0.288, 0.283, 0.274, 0.279, 0.269, 0.271],
-    c_v=[1.346, 1.445, 1.525, 1.564, 1.598, 1.619, 1.584, 1.688],
-    e_n=[1.677, 2.107, 2.422, 2.622, 2.838, 2.824, 2.821, 3.013],
-    alpha=[0.61, 0.71, 0.73, 0.72, 0.77, 0.78, 0.84, 0.83],
-    predicted=[0.995, 1.026, 1.014, 0.973, 0.957, 0.858, 0.814, 0.782],
-    measured=[0.921, 0.933, 0.999, 0.939, 0.913, 0.868, 0.760, 0.765],
-    measured_range=[(0.857, 1.026), (0.882, 1.195), (0.921, 1.157), (0.827, 0.976), (0.842, 0.996), (0.731, 0.938),
-                    (0.646, 0.920), (0.671, 0.874)],
-    overhead=[0.129, 0.166, 0.016, 0.154, 0.157, 0.117, 0.156, 0.126], plain_step=0.987,
-    repeats=7, pairs=42,
-)
+
+@dataclass(frozen=True)
+class Recording:
+    """One `make measure` run: a SpeedupTable per draft and the batch regime's BatchCost."""
+
+    tables: list[SpeedupTable]
+    batch: BatchCost
+
+    @property
+    def drafts(self) -> list[str]:
+        return [t.draft for t in self.tables]
+
+    def table(self, draft: str) -> SpeedupTable:
+        """The table of the draft called draft (ValueError listing the recorded names otherwise)."""
+        for t in self.tables:
+            if t.draft == draft:
+                return t
+        raise ValueError(f"draft must be one of {', '.join(self.drafts)}; got {draft!r}")
+
+    def best(self) -> tuple[SpeedupTable, int]:
+        """(table, index of k) of the largest measured speedup over every draft and k."""
+        return max(((t, i) for t in self.tables for i in range(len(t.ks))), key=lambda ti: ti[0].measured[ti[1]])
+
+    @property
+    def measured(self) -> list[float]:
+        """Every median measured speedup, over drafts and k."""
+        return [m for t in self.tables for m in t.measured]
+
+    @property
+    def max_rel_error(self) -> float:
+        """The equation's largest |predicted - measured| / measured over every draft and k."""
+        return max(t.max_rel_error for t in self.tables)
+
+    def c_v_line(self) -> LinearCost:
+        """c_v(k) = c0 + slope k, least squares over every draft's (k, c_v(k)), rounded to 3 decimals."""
+        c0, slope = fit_c_v([k for t in self.tables for k in t.ks], [c for t in self.tables for c in t.c_v])
+        return LinearCost(round(c0, 3), round(slope, 3))
+
+
+def load_recording(path: str | pathlib.Path = REFERENCE_PATH) -> Recording:
+    """The Recording in a JSON file written by `benchmarks/measure_speedup.py --json PATH`."""
+    path = pathlib.Path(path)
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or set(data) != {"tables", "batch"} or not data["tables"]:
+        raise ValueError(f"path must hold measure_speedup's JSON ({{'tables': [...], 'batch': {{...}}}}), got {path}")
+    tables = [SpeedupTable(**{**t, "measured_range": [tuple(r) for r in t["measured_range"]],
+                              "T_1_range": tuple(t["T_1_range"])}) for t in data["tables"]]
+    b = data["batch"]
+    batch = BatchCost(**{**b, "fits": [tuple(f) for f in b["fits"]], "best": [BestK(**x) for x in b["best"]]})
+    return Recording(tables=tables, batch=batch)
+
+
+RECORDED = load_recording()
+
+
+def alpha_from_tokens(e_n: float, k: int) -> float:
+    """The constant alpha with E[N(k)] = (1 - alpha^(k+1)) / (1 - alpha) = e_n (bisection; e_n in [1, k + 1])."""
+    k = check_int("k", k, minimum=1)
+    e_n = check_real("e_n", e_n, low=1.0, high=k + 1.0)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, k) < e_n else (lo, mid)
+    return (lo + hi) / 2
+
+
+def constant_guess(measured) -> tuple[float, float]:
+    """(c, its max relative error): the one number minimising max |c - m| / m, the harmonic mean of min and max."""
+    lo, hi = min(measured), max(measured)
+    return 2 * lo * hi / (lo + hi), (hi - lo) / (hi + lo)
+
+
+def draft_points(recording: Recording, k: int) -> list[dict]:
+    """Each draft measured at k: its name, c_d, alpha (from E[N(k)]), E[N], predicted and measured S."""
+    k = check_int("k", k, minimum=1)
+    points = [{"draft": t.draft, "c_d": t.c_d[i], "alpha": alpha_from_tokens(t.e_n[i], k), "e_n": t.e_n[i],
+               "predicted": t.predicted[i], "measured": t.measured[i]}
+              for t in recording.tables if k in t.ks for i in [t.ks.index(k)]]
+    if not points:
+        recorded = sorted({k for t in recording.tables for k in t.ks})
+        raise ValueError(f"k must be a recorded draft length, one of {recorded}; got {k}")
+    return points
+
+
+def drafts_summary(recording: Recording, k: int) -> str:
+    """A text table, one line per draft at k: c_d, alpha, E[N], predicted and measured S."""
+    lines = [f"{'draft':<11}{'c_d':>7}{'alpha':>7}{'E[N]':>7}{'pred S':>8}{'meas S':>8}   (k = {k})"]
+    for p in draft_points(recording, k):
+        lines.append(f"{p['draft']:<11}{p['c_d']:>7.3f}{p['alpha']:>7.3f}{p['e_n']:>7.3f}{p['predicted']:>8.3f}"
+                     f"{p['measured']:>8.3f}")
+    return "\n".join(lines)
 
 
 def plot_measured_speedup(table: SpeedupTable):
@@ -41,7 +136,8 @@ def plot_measured_speedup(table: SpeedupTable):
     ax.set_xticks(ks)
     ax.set_xlabel("draft length k")
     ax.set_ylabel("speedup S(k)")
-    ax.set_title(f"predicted vs measured (max rel. error {table.max_rel_error:.2f})", fontsize=10)
+    ax.set_title(f"draft {table.draft}: predicted vs measured (max rel. error {table.max_rel_error:.2f})",
+                 fontsize=10)
     ax.legend(fontsize=8)
     draft = [k * c for k, c in zip(ks, table.c_d)]
     bx.bar(ks, draft, color=COLORS["draft"], label="k c_d (draft)")
@@ -57,6 +153,92 @@ def plot_measured_speedup(table: SpeedupTable):
     return fig
 
 
+def _plane(recording: Recording, k: int, point=None):
+    """The S(k) heat map at the recording's c_v(k) line over (c_d, alpha), every draft measured at k marked."""
+    points = draft_points(recording, k) if k in {k for t in recording.tables for k in t.ks} else []
+    top = max([0.8] + [1.1 * p["c_d"] for p in points])
+    fig = plot_speedup_heatmap(k=k, c_v=recording.c_v_line(), alphas=[0.05 + 0.01 * i for i in range(91)],
+                               c_ds=[0.01 * i for i in range(math.ceil(top * 100) + 1)], point=point, k_max=16)
+    ax = fig.axes[0]
+    if points:
+        ax.plot([p["c_d"] for p in points], [p["alpha"] for p in points], marker="D", markersize=7,
+                color=COLORS["draft"], markeredgecolor="black", linestyle="none", gid=DRAFTS_GID)
+    for p in points:
+        ax.annotate(f"{p['draft']}: measured {p['measured']:.2f}", (p["c_d"], p["alpha"]), xytext=(6, -3),
+                    textcoords="offset points", fontsize=8, ha="left", va="top",
+                    bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.8, "linewidth": 0})
+    return fig, points
+
+
+def plot_drafts_plane(recording: Recording = RECORDED, *, k: int | None = None):
+    """Each recorded draft at k as a point (c_d, alpha) over S(k), the S = 1 contour, its measured S marked."""
+    t, i = recording.best()
+    k = t.ks[i] if k is None else check_int("k", k, minimum=1)
+    fig, _ = _plane(recording, k)
+    fig.axes[0].set_title(f"every draft at k = {k} (diamonds, measured S beside each); c_v(k) = "
+                          f"{recording.c_v_line()}\nhatched below the S = 1 line: slower than plain decoding",
+                          fontsize=10)
+    return fig
+
+
+def plot_what_if(recording: Recording = RECORDED, *, c_d: float, alpha: float, k: int):
+    """(figure, text): S(k) predicted at (c_d, alpha) with the recording's c_v(k) line, the drafts at k beside it."""
+    k = check_int("k", k, minimum=1)
+    c_d = check_real("c_d", c_d, low=0.0, high=math.inf, high_open=True)
+    alpha = check_real("alpha", alpha, low=0.0, high=1.0)
+    fig, points = _plane(recording, k, point=(alpha, c_d))
+    line = recording.c_v_line()
+    text = (f"predicted S({k}) = {speedup(alpha, c_d, k, line):.2f} at c_d = {c_d:.2f}, alpha = {alpha:.2f}, "
+            f"c_v(k) = {line}; recorded at k = {k}: "
+            + (", ".join(f"{p['draft']} {p['measured']:.2f}" for p in points) or "none"))
+    return fig, text
+
+
+def what_if_explorer(recording: Recording = RECORDED):
+    """Sliders for c_d, alpha and k over plot_what_if, seeded with the best recorded draft's measured terms."""
+    import ipywidgets as widgets
+
+    t, i = recording.best()
+    (seed,) = [p for p in draft_points(recording, t.ks[i]) if p["draft"] == t.draft]
+    controls = {
+        "c_d": widgets.FloatSlider(value=round(seed["c_d"], 2), min=0.0, max=0.8, step=0.01, description="c_d"),
+        "alpha": widgets.FloatSlider(value=round(seed["alpha"], 2), min=0.05, max=0.95, step=0.01, description="α"),
+        "k": widgets.IntSlider(value=t.ks[i], min=1, max=max(t.ks), step=1, description="k"),
+    }
+    return explorer(lambda c_d, alpha, k: plot_what_if(recording, c_d=c_d, alpha=alpha, k=k), controls,
+                    rows=[["c_d", "alpha", "k"]])
+
+
+class StaleCache(KVCache):
+    """A KV cache whose rollback does nothing: rejected proposals stay in it (the bug, on purpose)."""
+
+    def crop(self, n: int) -> None:
+        pass
+
+
+@torch.inference_mode()
+def generate_without_target_rollback(target, draft, prompt: torch.Tensor, n_new: int, k: int) -> torch.Tensor:
+    """Greedy speculative decoding built from the library's phases, with the target's cache never rolled back."""
+    n_new, k = check_int("n_new", n_new, minimum=1), check_int("k", k, minimum=1)
+    generate_plain(target, prompt, n_new)  # validates prompt and n_new against the target
+    drafter = as_drafter(draft)
+    L = prompt.numel()
+    seq = prompt.new_empty(L + n_new + k + 1)  # committed tokens, room for one overshooting block
+    seq[:L] = prompt
+    w = target.head.weight
+    t_cache = StaleCache(target.config, dtype=w.dtype, device=w.device)  # what target.new_cache() builds
+    target(prompt[None, :-1], t_cache)  # (1, L-1) cached, as sd.prefill does
+    d_state, n = drafter.start(prompt), L
+    while n < L + n_new and t_cache.length + k + 1 <= t_cache.max_len:
+        proposals, q_rows = drafter.propose(d_state, seq, n, k, temperature=0.0, top_k=None, generator=None)
+        a, nxt = verify_round(target, t_cache, d_state, seq[n - 1:n], proposals, q_rows, n=n, temperature=0.0,
+                              top_k=None, generator=None, drafter=drafter)
+        seq[n:n + a], seq[n + a] = proposals[:a], nxt
+        n += a + 1
+    return seq[L:min(n, L + n_new)].clone()
+
+
 FIGURES = {
-    "lab_measured_speedup": lambda: plot_measured_speedup(REFERENCE),
+    "lab_measured_speedup": lambda: plot_measured_speedup(RECORDED.table("draft")),
+    "lab_drafts_plane": lambda: plot_drafts_plane(RECORDED),
 }
