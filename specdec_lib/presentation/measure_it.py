@@ -175,9 +175,8 @@ def plot_drafts_plane(recording: Recording = RECORDED, *, k: int | None = None):
     t, i = recording.best()
     k = t.ks[i] if k is None else check_int("k", k, minimum=1)
     fig, _ = _plane(recording, k)
-    fig.axes[0].set_title(f"every draft at k = {k} (diamonds, measured S beside each); c_v(k) = "
-                          f"{recording.c_v_line()}\nhatched below the S = 1 line: slower than plain decoding",
-                          fontsize=10)
+    fig.axes[0].set_title(f"every draft at k = {k}, its measured S beside it; c_v(k) = {recording.c_v_line()}\n"
+                          "hatched below the S = 1 line: slower than plain decoding", fontsize=10)
     return fig
 
 
