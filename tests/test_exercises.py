@@ -6,6 +6,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from exercise_support import failing, solutions
 
 import specdec_lib as sd
 from specdec_lib import exercises as ex
@@ -13,16 +14,6 @@ from specdec_lib.exercises import block_decoder as ex_block
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CHECK_CALL = re.compile(r"sd\.exercises\.(check_\w+)\((\w+)\)")
-
-
-def failing(checker, fn, *needles):
-    """Run checker on fn (raise_on_failure=False): it must fail and mention every needle."""
-    report = checker(fn, raise_on_failure=False, verbose=False)
-    assert not report.ok, str(report)
-    text = str(report)
-    for needle in needles:
-        assert needle in text, f"{needle!r} not in:\n{text}"
-    return report
 
 
 def passing(checker, fn):
@@ -38,10 +29,7 @@ def solution_namespaces():
     out = {}
     for path in sorted(NOTEBOOKS.glob("0*_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        ns = {"torch": torch, "sd": sd}
-        for cell in nb.cells:
-            if "solution" in cell.metadata.get("tags", []):
-                exec(compile(cell.source, f"{path.name}:solution", "exec"), ns)
+        ns = solutions(path)
         checks = [m.groups() for c in nb.cells if "exercise-check" in c.metadata.get("tags", [])
                   for m in CHECK_CALL.finditer(c.source)]
         if checks:  # the notebooks with exercises

@@ -1,36 +1,13 @@
 """Act V (bending the rules) checkers: the notebook's solutions pass, and each known mistake fails with its name."""
-from pathlib import Path
-
-import nbformat
 import pytest
 import torch
+from exercise_support import failing, solutions
 
 import specdec_lib as sd
 from specdec_lib import exercises as ex
 from specdec_lib.exercises import bending_the_rules as bend
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "07_bending_the_rules.ipynb"
-
-
-def solutions() -> dict:
-    """The notebook's solution cells run in order, with torch and sd preloaded: {name: function}."""
-    ns = {"torch": torch, "sd": sd}
-    for cell in nbformat.read(NOTEBOOK, as_version=4).cells:
-        if "solution" in cell.metadata.get("tags", []):
-            exec(compile(cell.source, f"{NOTEBOOK.name}:solution", "exec"), ns)
-    return ns
-
-
-NS = solutions()
-
-
-def failing(checker, fn, *needles):
-    """Run checker on fn (raise_on_failure=False): it must fail and mention every needle."""
-    report = checker(fn, raise_on_failure=False, verbose=False)
-    assert not report.ok, str(report)
-    for needle in needles:
-        assert needle in str(report), f"{needle!r} not in:\n{report}"
-    return report
+NS = solutions("07_bending_the_rules.ipynb")
 
 
 def test_the_solutions_pass(capsys):

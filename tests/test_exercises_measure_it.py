@@ -1,16 +1,10 @@
 """The lab's checkers (exercises 5.1 and 5.2): the reference solutions pass, each known mistake is named."""
 import pytest
+from exercise_support import failing
 
 import specdec_lib as sd
 from specdec_lib import exercises as ex
 from specdec_lib.exercises import measure_it as ex_lab
-
-
-def failing(checker, fn, *needles):
-    report = checker(fn, raise_on_failure=False, verbose=False)
-    assert not report.ok, str(report)
-    for needle in needles:
-        assert needle in str(report), f"{needle!r} not in:\n{report}"
 
 
 def fit_alpha(e_n, k):

@@ -17,11 +17,12 @@ walks a rule's branches exactly as markov/exact.py walks a decoder's:
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+
+from ..markov.exact import residual_weights
 
 Law = dict[tuple[int, ...], float]  # committed tokens -> probability
 
@@ -55,13 +56,7 @@ def accept_probability(rule: Rule, p: list[float], q: list[float], y: int, *, fi
 
 def fix_law(rule: Rule, p: list[float], q: list[float], y: int, a: float) -> list[float]:
     """Law of the token a rejection of y emits, given the rejection (acceptance probability a)."""
-    w = {
-        "normalised": lambda: [max(pz - qz, 0.0) for pz, qz in zip(p, q)],
-        "softmax": lambda: [math.exp(max(pz - qz, 0.0)) for pz, qz in zip(p, q)],
-        "target": lambda: list(p),
-        "single_token": lambda: [0.0 if z == y else pz for z, pz in enumerate(p)],
-    }[rule.residual]()
-    w = list(p) if sum(w) <= 0 else w
+    w = residual_weights(rule.residual, p, q, y)
     if rule.uniform == "fresh":
         return _normalise(w)
     # reused: token z owns [cdf_{z-1}, cdf_z) of the inverse CDF, and the uniform is U(a, 1) after a rejection

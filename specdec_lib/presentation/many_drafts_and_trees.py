@@ -89,8 +89,8 @@ def plot_acceptance_vs_n(p: torch.Tensor | None = None, q: torch.Tensor | None =
     fig, ax = new_figure(height=4.0)
     _draw_acceptance(ax, p, q, n_max=check_int("n_max", n_max, minimum=1), mark=None)
     ax.legend(fontsize=7, ncol=2, loc="lower right")
-    ax.set_title(f"Acceptance against n on {title} (dotted: one draft, β = 1 - TV = {overlap(p, q):.3f}; "
-                 "dashed: wrong rules)", fontsize=9)
+    ax.set_title(f"Acceptance against n on {title}\ndotted: one draft, β = 1 - TV = {overlap(p, q):.3f}; "
+                 "dashed: wrong rules; onehot_walk has onehot_sequential's law", fontsize=9)
     return fig
 
 
