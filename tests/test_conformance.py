@@ -205,3 +205,12 @@ def test_python_dash_m_runs():
     out = subprocess.run([sys.executable, "-m", "specdec_lib.conformance", "specdec_lib:verify_blocks",
                           "--convention", "batched"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "PASSED" in out.stdout
+
+
+def test_catch_probability_is_one_minus_beta_at_the_detectable_tv():
+    """The power bound a report states: exactly 1 - beta at epsilon(n), 0 at the false-failure threshold, rising."""
+    for case in battery():
+        pw = power(case, n=None, cases=8)
+        assert pw.catch_probability(pw.detectable, 0.001) == pytest.approx(0.999, abs=1e-12)
+        assert pw.catch_probability(pw.threshold, 0.001) == 0.0
+        assert pw.catch_probability(0.15, 0.001) >= 0.999 > pw.catch_probability(0.5 * pw.detectable, 0.001)

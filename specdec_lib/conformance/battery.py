@@ -81,6 +81,14 @@ class Power:
     floor: float  # 1/2 sum sqrt(pi (1 - pi) / n): the expected TV of a correct verifier is below it
     detectable: float  # epsilon(n): any verifier at least this far off is caught with probability >= 1 - beta
 
+    def catch_probability(self, tv: float, beta: float) -> float:
+        """The guaranteed chance of failing a verifier tv off: 1 - exp(-2 n (tv - m)^2) above m, else 0.
+
+        m = tau(n) + sqrt(M - 1) / (2 sqrt n), the detectable TV less its beta term; at tv = detectable it is 1 - beta.
+        """
+        margin = self.detectable - math.sqrt(math.log(1 / beta) / (2 * self.n))
+        return 1.0 - math.exp(-2 * self.n * (tv - margin) ** 2) if tv > margin else 0.0
+
 
 def power(case: Case, *, n: int | None, cases: int, epsilon: float = EPSILON, beta: float = BETA,
           delta: float = DELTA) -> Power:

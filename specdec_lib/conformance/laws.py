@@ -22,7 +22,7 @@ from typing import Literal
 
 import torch
 
-from ..markov.exact import residual_weights
+from ..markov.reference import residual_weights
 
 Law = dict[tuple[int, ...], float]  # committed tokens -> probability
 
@@ -56,7 +56,7 @@ def accept_probability(rule: Rule, p: list[float], q: list[float], y: int, *, fi
 
 def fix_law(rule: Rule, p: list[float], q: list[float], y: int, a: float) -> list[float]:
     """Law of the token a rejection of y emits, given the rejection (acceptance probability a)."""
-    w = residual_weights(rule.residual, p, q, y)
+    w = residual_weights(rule, p, q, y)  # reads rule.residual, as it reads a DecoderSpec's
     if rule.uniform == "fresh":
         return _normalise(w)
     # reused: token z owns [cdf_{z-1}, cdf_z) of the inverse CDF, and the uniform is U(a, 1) after a rejection

@@ -14,11 +14,10 @@ of the probabilities on its path:
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .draft_rules import fix_tables, next_k, ngram_proposals, typical_accept
+from .reference import residual_weights
 from .registry import make_decoder
 
 
@@ -33,24 +32,13 @@ def _normalise(w: list[float]) -> list[float]:
     return [x / total for x in w]
 
 
-def residual_weights(kind: str, p: list[float], q: list[float], y: int) -> list[float]:
-    """Unnormalised weights a rejection of y draws from: [p - q]_+, its softmax, p, or p without y (p if all zero)."""
-    w = {
-        "normalised": lambda: [max(pz - qz, 0.0) for pz, qz in zip(p, q)],
-        "softmax": lambda: [math.exp(max(pz - qz, 0.0)) for pz, qz in zip(p, q)],
-        "target": lambda: list(p),
-        "single_token": lambda: [0.0 if z == y else pz for z, pz in enumerate(p)],
-    }[kind]()
-    return list(p) if sum(w) <= 0 else w
-
-
 def _fix_law(spec, p: list[float], q: list[float], y: int, a: float, fixed: dict) -> list[float]:
     """Law of the token a rejection of y emits (given that it was rejected with acceptance probability a)."""
     if spec.acceptance == "match":  # the target's own sample, conditioned on differing from y
         return _normalise([0.0 if z == y else pz for z, pz in enumerate(p)])
     if spec.residual in fixed:  # argmax p, or p above the typical threshold: the target row alone
         return fixed[spec.residual]
-    w = residual_weights(spec.residual, p, q, y)
+    w = residual_weights(spec, p, q, y)
     if spec.residual_uniform == "fresh":
         return _normalise(w)
     # reused: the inverse-CDF draw sees u ~ U(a, 1), the acceptance uniform conditioned on a rejection

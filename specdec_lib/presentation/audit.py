@@ -6,8 +6,6 @@ once d exceeds m = tau(n) + sqrt(M - 1) / (2 sqrt n), the threshold plus the wor
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .._checks import check_choice, check_real
@@ -37,17 +35,12 @@ def _case(name: str):
     return next(c for c in battery() if c.name == name)
 
 
-def _bound(pw, beta: float, tv: float) -> float:
-    """1 - exp(-2 n (tv - m)^2) above m = tau(n) + sqrt(M - 1) / (2 sqrt n), else 0: the kit's power at tv."""
-    margin = pw.detectable - math.sqrt(math.log(1 / beta) / (2 * pw.n))  # tau(n) + sqrt(M - 1) / (2 sqrt n)
-    return 1.0 - math.exp(-2 * pw.n * (tv - margin) ** 2) if tv > margin else 0.0
-
-
 def catch_probability(tv: float, *, case: str = "post_pair", epsilon: float = EPSILON, beta: float = BETA,
                       delta: float = DELTA) -> float:
     """The kit's guaranteed chance of failing a verifier whose completed law is `tv` off on `case` (0 below m)."""
     tv = check_real("tv", tv, low=0.0, high=1.0)
-    return _bound(power(_case(case), n=None, cases=len(CASES), epsilon=epsilon, beta=beta, delta=delta), beta, tv)
+    pw = power(_case(case), n=None, cases=len(CASES), epsilon=epsilon, beta=beta, delta=delta)
+    return pw.catch_probability(tv, beta)
 
 
 def bug_tvs(case: str = "post_pair") -> dict[str, float]:
@@ -97,7 +90,7 @@ def plot_power(*, epsilon: float = EPSILON, beta: float = BETA, delta: float = D
     kw = {"epsilon": epsilon, "beta": beta, "delta": delta}
     for i, case in enumerate(battery()):
         pw = power(case, n=None, cases=len(CASES), **kw)
-        ax.plot(d, [_bound(pw, beta, x) for x in d], color=COLORS["target"], lw=1, alpha=0.6,
+        ax.plot(d, [pw.catch_probability(x, beta) for x in d], color=COLORS["target"], lw=1, alpha=0.6,
                 label="one curve per case (the kit's bound)" if i == 0 else None)
     ax.axvline(epsilon, ls=":", color="black", label=f"promise: TV >= {epsilon:g} caught, P >= {1 - beta:g}")
     bugs = sorted(worst_cases().items(), key=lambda item: item[1][1])
