@@ -42,11 +42,12 @@ def samples(mode, k=2, horizon=3, n=N):
 
 # --- the registry ----------------------------------------------------------------------------------------
 def test_bending_entries_are_registered_with_exactness_and_sources():
-    assert BENDING == ["typical_acceptance", "hf_schedule", "confidence_stop", "coin_peeking", "ngram_lookup"]
+    assert BENDING == ["typical_acceptance", "hf_schedule", "confidence_stop", "coin_peeking", "ngram_lookup",
+                       "sglang_threshold"]
     assert {m: MODES[m].exact for m in BENDING} == {"typical_acceptance": False, "hf_schedule": True,
                                                     "confidence_stop": True, "coin_peeking": False,
-                                                    "ngram_lookup": True}
-    for m in ("typical_acceptance", "hf_schedule", "confidence_stop", "ngram_lookup"):  # repository, file, commit
+                                                    "ngram_lookup": True, "sglang_threshold": True}  # at 1.0, 1.0
+    for m in ("typical_acceptance", "hf_schedule", "confidence_stop", "ngram_lookup", "sglang_threshold"):
         assert "@ " in MODES[m].reference and "#" in MODES[m].reference, m
     assert MODES["coin_peeking"].origin == "the course"
 

@@ -70,7 +70,7 @@ def test_the_field_guide_keeps_its_chapter():
     assert sum(not m.exact for m in guide) == 14 and all(m.chapter == "field guide" for m in guide)
     bending = failure_modes(chapter="bending the rules")
     assert [m.name for m in bending] == ["typical_acceptance", "hf_schedule", "confidence_stop", "coin_peeking",
-                                         "ngram_lookup"]
+                                         "ngram_lookup", "sglang_threshold"]
     assert set(MODES) == {m.name for m in guide + bending}
     with pytest.raises(ValueError, match="chapter must be one of 'field guide', 'bending the rules'"):
         failure_modes(chapter="act v")

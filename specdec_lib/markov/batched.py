@@ -22,9 +22,9 @@ import torch
 
 from .._checks import check_generator, check_int
 from ..sampling import accept_ratio, residual_weights
-from .draft_rules import fix_tables, ngram_proposals_batch, typical_accept
+from .draft_rules import fix_tables, ngram_proposals_batch
 from .registry import MODES, make_decoder
-from .spec import Decoder, DecoderSpec
+from .spec import TARGET_ONLY, Decoder, DecoderSpec, target_only_accept
 
 POST_MODES = ("correct", "bad_draft", "mismatched_q", "phantom_history", "off_by_one")  # the post's five decoders
 DECODER_MODES = {name: MODES[name].description for name in POST_MODES}
@@ -88,9 +88,8 @@ def tables(dec: Decoder) -> dict:
     else:
         residual = residual_table(dec.target, dec.ratio, spec.residual)
     fix = torch.cat([residual.reshape(V ** 3, V), bonus])
-    if spec.acceptance == "typical":  # keep[r, y] in {0, 1}: u < 1 always passes, u < 0 never does
-        keep = typical_accept(dec.target, epsilon=spec.epsilon, delta=spec.delta)
-        acc = keep[:, None, :].expand(V, V, V).reshape(-1)
+    if spec.acceptance in TARGET_ONLY:  # keep[r, y]: the test reads p alone (typical: 0 or 1, u < 1 always holds)
+        acc = target_only_accept(spec, dec.target)[:, None, :].expand(V, V, V).reshape(-1)
     else:
         acc = accept_table(dec.target, dec.ratio).reshape(-1)
     cols = {name: table.T.contiguous() for name, table in  # CDF tables transposed, for draw
@@ -197,7 +196,8 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int,
     every round: its A, and the tokens of its verified output (A proposals, then the target's token) that land
     inside the horizon, so a log never credits tokens past the end. `options` sets a mode's own options by
     name (typical_acceptance: epsilon, delta, resample; hf_schedule: k_min, k_max; confidence_stop: confidence;
-    ngram_lookup: ngram_match); under hf_schedule k is the first round's k, and a log needs k = max(k, k_max).
+    ngram_lookup: ngram_match; sglang_threshold: threshold_single, threshold_acc); under hf_schedule k is the
+    first round's k, and a log needs k = max(k, k_max).
     """
     dec = make_decoder(P, Q, start=start, horizon=horizon, k=k, mode=mode, Q_bad=Q_bad, temperature=temperature,
                        top_k=top_k, top_p=top_p, options=options)

@@ -8,7 +8,7 @@ schedule changes from round to round is walked exactly, as are early stops and n
 of the probabilities on its path:
 
   propose y from the draft row d:     d[y]
-  accept it:                          a = min(1, p(y) / q(y))    (p(y) for match acceptance)
+  accept it:                          a = min(1, p(y) / q(y))    (p(y) for match; a table of p for typical, SGLang)
   reject it, then emit z:             (1 - a) * fix(z)           fix = the residual law (_fix_law)
   after k acceptances, the bonus z:   p_{k+1}(z)
 """
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from .draft_rules import fix_tables, next_k, ngram_proposals, typical_accept
+from .draft_rules import fix_tables, next_k, ngram_proposals
 from .reference import residual_weights
 from .registry import make_decoder
+from .spec import TARGET_ONLY, target_only_accept
 
 
 def _rows(table: torch.Tensor) -> list[list[float]]:
@@ -53,12 +54,12 @@ def _fix_law(spec, p: list[float], q: list[float], y: int, a: float, fixed: dict
 
 def _accept_probability(spec, p: list[float], q: list[float], y: int, *, first: bool, keep: list[float]) -> float:
     """The chance the test keeps proposal y: min(1, p(y) / q(y)); p(y) when a target sample must match y;
-    keep[y] (0 or 1) for the typical test."""
+    keep[y] for a test that reads p alone (the typical test: 0 or 1; SGLang's thresholds)."""
     if first and not spec.verify_first:
         return 1.0
     if spec.acceptance == "match":
         return p[y]
-    if spec.acceptance == "typical":
+    if spec.acceptance in TARGET_ONLY:  # the typical test (0 or 1) or SGLang's thresholds: p(y) alone
         return keep[y]
     return min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0)  # as accept_table: p/0 = inf, 0/0 -> 0
 
@@ -88,7 +89,7 @@ def walk_law(spec, target, propose, ratio, draft, start: int, horizon: int, k: i
     and its expected round counts: rounds (target calls), plain (rounds that drafted nothing), drafted
     (proposals drafted, past the horizon too) and accepted (accepted proposals inside the horizon).
 
-    extra: {"fixed": {kind: rows} of target-only laws (argmax, typical), "keep": rows of the typical test}.
+    extra: {"fixed": {kind: rows} of target-only laws (argmax, typical), "keep": rows of a target-only test}.
     """
     V = len(target)
     out = torch.zeros((V,) * horizon, dtype=torch.float64)
@@ -172,7 +173,7 @@ def decoder_walk(dec) -> tuple[torch.Tensor, dict]:
     target, propose, ratio, draft = (_rows(t) for t in (dec.target, dec.propose, dec.ratio, dec.draft))
     P = torch.tensor(target, dtype=torch.float64)
     fixed = {name: t.tolist() for name, t in fix_tables(dec.spec, P).items()}
-    keep = typical_accept(P, epsilon=dec.spec.epsilon, delta=dec.spec.delta).tolist()
+    keep = target_only_accept(dec.spec, P).tolist()
     return walk_law(dec.spec, target, propose, ratio, draft, dec.start, dec.horizon, dec.k,
                     {"fixed": fixed, "keep": keep})
 

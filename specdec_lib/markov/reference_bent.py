@@ -2,15 +2,16 @@
 
 The same four steps, with four changes a round can make: its k comes from a schedule (transformers'
 heuristic), its draft may stop early (a confidence threshold, or a peek at the coin), its proposals may be
-copied from the text (n-gram lookup), and the test may be Medusa's typical one (p(y) above a threshold,
-no coin), followed by argmax p or a typical-filtered sample. decode_reference runs this decoder for every
-spec that uses one of them (DecoderSpec.bent); batched.py is held to it draw for draw.
+copied from the text (n-gram lookup), and the test may read p(y) alone: Medusa's typical one (p(y) above a
+threshold, no coin), followed by argmax p or a typical-filtered sample, or SGLang's two thresholds.
+decode_reference runs this decoder for every spec that uses one of them (DecoderSpec.bent); batched.py is
+held to it draw for draw.
 """
 from __future__ import annotations
 
-from .draft_rules import fix_tables, next_k, ngram_proposals, typical_accept
+from .draft_rules import fix_tables, next_k, ngram_proposals
 from .reference import inverse_cdf, residual_weights
-from .spec import Decoder
+from .spec import TARGET_ONLY, Decoder, target_only_accept
 
 
 def decode_one_bent(dec: Decoder, uniforms) -> list[int]:
@@ -18,7 +19,7 @@ def decode_one_bent(dec: Decoder, uniforms) -> list[int]:
     spec, k = dec.spec, dec.k
     P, propose, R, D = (t.double().tolist() for t in (dec.target, dec.propose, dec.ratio, dec.draft))
     fixed = {name: t.tolist() for name, t in fix_tables(spec, dec.target).items()}  # argmax / typical rows
-    keep = typical_accept(dec.target, epsilon=spec.epsilon, delta=spec.delta).tolist()  # keep[r][y]: typical test
+    keep = target_only_accept(spec, dec.target).tolist()  # keep[r][y]: the chance a target-only test keeps y
     seq: list[int] = []  # committed tokens
     last = dec.start  # the last committed token: the Markov state
     before = dec.start  # the committed token before it (a cache rewound one too far starts there)
@@ -46,8 +47,8 @@ def decode_one_bent(dec: Decoder, uniforms) -> list[int]:
             if spec.acceptance == "match":  # a target sample that must equal y
                 sample = inverse_cdf(p, u[k + j])
                 ok = sample == y
-            elif spec.acceptance == "typical":  # p(y) above the threshold: no coin at all
-                ok = keep[row][y] > 0
+            elif spec.acceptance in TARGET_ONLY:  # typical: 0 or 1, the coin decides nothing; SGLang: the coin
+                ok = u[k + j] < keep[row][y]
             else:  # u < min(1, p(y) / q(y))
                 ok = u[k + j] < (min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0))
             if ok or (j == 0 and not spec.verify_first):

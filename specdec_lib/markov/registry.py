@@ -72,7 +72,8 @@ _MODES = [
     FailureMode("single_token_residual", "a rejection removes only the rejected token from p, not q everywhere",
                 "SafeAILab/EAGLE #20", DecoderSpec(residual="single_token")),
     FailureMode("reused_uniform", "the residual draw reuses the acceptance uniform, which is U(a, 1) after a rejection",
-                "vLLM PR #47386 / #54282; vllm-ascend PR #16370", DecoderSpec(residual_uniform="reused")),
+                "vllm-ascend PR #16370 / #16920; a related coupling, the draft's noise reused by the recovery draw: "
+                "vLLM PR #54282, after #47386", DecoderSpec(residual_uniform="reused")),
     FailureMode("rejected_kept", "the rejected proposal is left in the output before the correction",
                 "lucidrains/speculative-decoding #3", DecoderSpec(keep_rejected=True)),
     FailureMode("first_unverified", "the first proposal of every block is committed without verification",
@@ -92,6 +93,7 @@ _MODES = [
                 "course notes: match-based acceptance of a sampled draft", DecoderSpec(acceptance="match"),
                 exact=True, origin="the course"),
 ]
+_SGLANG = "sgl-project/sglang"
 _TRANSFORMERS = "huggingface/transformers src/transformers/generation/candidate_generator.py @ 00a11b6"
 _BENDING = [
     FailureMode("typical_acceptance", "keep y while p(y) > min(epsilon, delta exp(-H(p))); then argmax p (Medusa)",
@@ -113,6 +115,14 @@ _BENDING = [
                 f"{_TRANSFORMERS}, PromptLookupCandidateGenerator (it takes the earliest match: "
                 "ngram_match='earliest'); PR #27775", DecoderSpec(proposer="ngram", acceptance="match"), exact=True,
                 chapter="bending the rules", options=("ngram_match",)),
+    FailureMode("sglang_threshold", "a greedy draft is kept when p(y) >= threshold_single or u <= p(y) / "
+                "threshold_acc; a rejection samples p without y (SGLang; exact at its defaults 1.0, 1.0)",
+                f"{_SGLANG} sgl-kernel/csrc/speculative/speculative_sampling.cuh TreeSpeculativeSamplingTargetOnly "
+                "@ 120affb (the same loop @ b227f63), called by python/sglang/srt/speculative/eagle_info.py "
+                "EagleVerifyInput.verify @ 0007d13 (draft_probs zeros); drafts: fast_topk of the draft softmax in "
+                "eagle_worker.py draft_forward @ 00559ea; threshold arguments since PR #4383",
+                DecoderSpec(propose="argmax_Q", acceptance="threshold", residual="single_token"), exact=True,
+                chapter="bending the rules", options=("threshold_single", "threshold_acc")),
 ]
 MODES: dict[str, FailureMode] = {m.name: m for m in _MODES + _BENDING}
 

@@ -14,8 +14,11 @@ import torch
 
 from .._checks import check_choice, check_int, check_real
 from ..policy import policy_table
+from .draft_rules import typical_accept
 
 Table = Literal["Q", "Q_bad", "argmax_Q", "top2_Q"]
+TARGET_ONLY = ("typical", "threshold")  # acceptance tests that read p(y) alone: a (V, V) table of chances
+SGLANG_ACC_FLOOR = 1e-9  # the kernel's launcher divides by max(threshold_acc, 1e-9)
 
 
 @dataclass(frozen=True)
@@ -28,8 +31,9 @@ class DecoderSpec:
     draft_context: Literal["committed", "own_last_proposal", "one_too_far"] = "committed"
     ratio_context: Literal["draft", "committed"] = "draft"  # where the verifier evaluates q for proposal 1
     judge: Literal["aligned", "off_by_one"] = "aligned"  # target row for proposal j: before y_j | at y_j
-    # u < min(1, p/q) | a target sample equals y | p(y) > min(epsilon, delta exp(-H(p))) (Medusa's typical test)
-    acceptance: Literal["ratio", "match", "typical"] = "ratio"
+    # u < min(1, p/q) | a target sample equals y | p(y) > min(epsilon, delta exp(-H(p))) (Medusa's typical test) |
+    # p(y) >= threshold_single or u < p(y) / threshold_acc (SGLang's target-only kernel: it never reads q)
+    acceptance: Literal["ratio", "match", "typical", "threshold"] = "ratio"
     verify_first: bool = True  # False: proposal 1 is committed unverified
     # what a rejection samples: [p - q]_+ normalised | softmax of [p - q]_+ | p | p without the rejected y |
     # argmax p | p restricted to p >= the typical threshold (Medusa's two ways to pick the token after a prefix)
@@ -49,6 +53,8 @@ class DecoderSpec:
     epsilon: float = 0.09  # typical acceptance: Medusa's posterior_threshold
     delta: float = 0.3  # typical acceptance: Medusa's posterior_alpha
     confidence: float = 0.4  # transformers' assistant_confidence_threshold
+    threshold_single: float = 1.0  # SGLang's --speculative-accept-threshold-single (1.0: exact)
+    threshold_acc: float = 1.0  # SGLang's --speculative-accept-threshold-acc (1.0: exact)
     k_min: int = 1
     k_max: int = 8
 
@@ -65,6 +71,8 @@ class DecoderSpec:
         check_real("DecoderSpec.epsilon", self.epsilon, low=0.0, high=1.0)
         check_real("DecoderSpec.delta", self.delta, low=0.0, high=1.0)
         check_real("DecoderSpec.confidence", self.confidence, low=0.0, high=1.0)
+        check_real("DecoderSpec.threshold_single", self.threshold_single, low=0.0, high=1.0)
+        check_real("DecoderSpec.threshold_acc", self.threshold_acc, low=0.0, high=1.0)
         k_min = check_int("DecoderSpec.k_min", self.k_min, minimum=0)
         if check_int("DecoderSpec.k_max", self.k_max, minimum=1) < k_min:
             raise ValueError(f"DecoderSpec.k_max must be >= k_min = {k_min}, got {self.k_max}")
@@ -73,14 +81,32 @@ class DecoderSpec:
 
     @property
     def bent(self) -> bool:
-        """True when the spec uses an Act V rule: adaptive drafting, or typical acceptance and its resamples."""
+        """True when the spec uses an Act V rule: adaptive drafting, a target-only test, or typical resamples."""
         resamples = {self.residual, self.bonus} & {"argmax", "typical"}
-        return self.adaptive or self.acceptance == "typical" or bool(resamples)
+        return self.adaptive or self.acceptance in TARGET_ONLY or bool(resamples)
 
     @property
     def adaptive(self) -> bool:
         """True when a round's proposals are not k draws from a table: a schedule, a stopping rule or a lookup."""
         return (self.schedule, self.stop, self.proposer) != ("fixed", "never", "model")
+
+
+def threshold_accept(P: torch.Tensor, *, threshold_single: float, threshold_acc: float) -> torch.Tensor:
+    """(V, V): SGLang's chance that target row r keeps proposal y, float64: 1 where p(y) >= threshold_single,
+    else min(1, p(y) / max(threshold_acc, 1e-9)). On a chain one proposal is tried per depth, so the kernel's
+    prob_acc (the sum of p over the siblings tried with one coin) is p(y) itself."""
+    p = P.double()
+    return torch.where(p >= threshold_single, 1.0, (p / max(threshold_acc, SGLANG_ACC_FLOOR)).clamp(max=1.0))
+
+
+def target_only_accept(spec: DecoderSpec, P: torch.Tensor) -> torch.Tensor:
+    """(V, V) chance that target row r keeps y under a test that reads p alone (typical: 0 or 1; SGLang's
+    thresholds); zeros for a test that needs q or a sample, which never reads it."""
+    if spec.acceptance == "typical":
+        return typical_accept(P, epsilon=spec.epsilon, delta=spec.delta)
+    if spec.acceptance == "threshold":
+        return threshold_accept(P, threshold_single=spec.threshold_single, threshold_acc=spec.threshold_acc)
+    return torch.zeros(P.shape, dtype=torch.float64)
 
 
 def spec_tables(spec: DecoderSpec, P: torch.Tensor, Q: torch.Tensor, Q_bad: torch.Tensor | None):
