@@ -32,7 +32,7 @@ class DecoderSpec:
     ratio_context: Literal["draft", "committed"] = "draft"  # where the verifier evaluates q for proposal 1
     judge: Literal["aligned", "off_by_one"] = "aligned"  # target row for proposal j: before y_j | at y_j
     # u < min(1, p/q) | a target sample equals y | p(y) > min(epsilon, delta exp(-H(p))) (Medusa's typical test) |
-    # p(y) >= threshold_single or u < p(y) / threshold_acc (SGLang's target-only kernel: it never reads q)
+    # p(y) >= threshold_single or u <= p(y) / threshold_acc (SGLang's target-only kernel: it never reads q)
     acceptance: Literal["ratio", "match", "typical", "threshold"] = "ratio"
     verify_first: bool = True  # False: proposal 1 is committed unverified
     # what a rejection samples: [p - q]_+ normalised | softmax of [p - q]_+ | p | p without the rejected y |
