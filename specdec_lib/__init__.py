@@ -35,15 +35,21 @@ from .markov.chain import (ReferenceChain, direct_sample, empirical_sequences, e
                            random_table, reference_chain, sequence_tv)
 from .markov.draft_rules import ngram_proposals, typical_threshold
 from .markov.exact import exact_decoder_distribution
+from .markov.hf_assisted import TRANSFORMERS, AssistedText, SettledThreshold, assisted_text, settled_threshold
+from .markov.long_run import mean_of_ratios, text_speedup
 from .markov.lookup import DraftCost, lookup_vs_model
-from .markov.lossy import ExactSetting, TypicalPoint, typical_exact_settings, typical_sweep
+from .markov.lossy import (ExactSetting, TypicalPoint, cuts_nothing, typical_breakpoints, typical_exact_settings,
+                           typical_law, typical_sweep)
 from .markov.measures import DecoderStats, decoder_stats, kl_divergence
 from .markov.q_contract import check_q_contract
 from .markov.reference import decode_reference
 from .markov.registry import FailureMode, failure_modes
 from .markov.spec import DecoderSpec
 from .markov.tree import decode_tree_markov, exact_tree_distribution, tree_expected_tokens
+from .markov.tree_bugs import EAGLE1_VERSIONS, TreeBug, eagle1_tree_distribution, greedy_law, tree_bugs
 from .markov.tree_cost import BestTree, best_tree, tree_nodes, tree_speedup
+from .markov.tree_search import (BestOrderedTree, OrderedTree, best_ordered_tree, best_ordered_trees,
+                                 ordered_tree_speedup, ordered_tree_tokens)
 from .multidraft import multidraft_accept_probability, multidraft_law, multidraft_rules, sample_multidraft
 from .noise import rate_noise, tv_noise_bound, tv_noise_mean
 from .policy import apply_policy, greedy_token, policy_table
@@ -80,11 +86,15 @@ __all__ = [
     "multidraft_rules", "multidraft_law", "multidraft_accept_probability", "sample_multidraft",
     "exact_tree_distribution", "decode_tree_markov", "tree_expected_tokens", "tree_nodes", "tree_speedup",
     "best_tree", "BestTree",
+    "OrderedTree", "ordered_tree_tokens", "ordered_tree_speedup", "best_ordered_tree", "best_ordered_trees",
+    "BestOrderedTree",
+    "eagle1_tree_distribution", "EAGLE1_VERSIONS", "greedy_law", "tree_bugs", "TreeBug",
     "FlatTree", "tree_from_widths", "tree_mask", "tree_positions", "tree_scores", "path_scores",
     "check_tree_alignment", "TreeAlignmentReport",
     # Act V, bending the rules (lossy acceptance, adaptive k, model-free drafts)
     "decoder_stats", "DecoderStats", "kl_divergence", "typical_threshold", "typical_sweep", "TypicalPoint",
     "typical_exact_settings", "ExactSetting", "policy_speedup", "fixed_k_speedups", "hf_schedule_speedup",
     "confidence_speedup", "optimal_stopping", "OptimalStop", "PolicyResult", "ngram_proposals", "lookup_vs_model",
-    "DraftCost",
+    "DraftCost", "typical_law", "typical_breakpoints", "cuts_nothing", "text_speedup", "mean_of_ratios",
+    "TRANSFORMERS", "settled_threshold", "SettledThreshold", "assisted_text", "AssistedText",
 ]

@@ -22,8 +22,8 @@ def _fingerprint(out) -> str:
 
 def test_bending_stats_are_the_exact_engines():
     stats = views.bending_stats()
-    assert list(stats) == ["correct", "typical_acceptance", "hf_schedule", "confidence_stop", "coin_peeking",
-                           "ngram_lookup"]
+    assert list(stats) == ["correct"] + [m.name for m in sd.failure_modes(chapter="bending the rules")]
+    assert {"typical_acceptance", "hf_schedule", "confidence_stop", "coin_peeking", "ngram_lookup"} <= set(stats)
     for mode, s in stats.items():
         want = sd.decoder_stats(CH.P, CH.Q, start=0, horizon=3, k=4, mode=mode)
         assert s.tv == pytest.approx(want.tv, abs=1e-15) and s.tokens_per_call == pytest.approx(want.tokens_per_call)
@@ -45,7 +45,7 @@ def test_pareto_plots_every_delta_against_the_gain():
     (medusa,) = _lines(tv_ax, "medusa")  # Medusa's defaults: the registry's decoder, worse than exact in E[N]
     default = views.bending_stats()["typical_acceptance"]
     assert medusa.get_ydata()[0] == pytest.approx(default.tv) and medusa.get_xdata()[0] < 0
-    assert "E[N] = 2.220" in fig._suptitle.get_text()
+    assert "H/E[R] = 2.220" in fig._suptitle.get_text()
     with pytest.raises(ValueError, match="deltas must hold 1 to 4 values"):
         views.plot_pareto(deltas=(0.1, 0.2, 0.3, 0.4, 0.5))
     with pytest.raises(ValueError, match=r"delta must lie in \[0, 1\]"):
@@ -64,7 +64,7 @@ def test_typical_view_stars_the_setting_and_draws_each_threshold():
         assert threshold.get_ydata()[0] == pytest.approx(t[s].item())
         kept, cut = _lines(right, f"kept_{s}")[0].get_ydata(), _lines(right, f"cut_{s}")[0].get_ydata()
         assert len(kept) + len(cut) == 5 and all(v > t[s].item() for v in kept) and all(v <= t[s] for v in cut)
-    assert "TV 0.2830" in text and "E[N] 2.183 against the exact decoder's 2.220 (-0.037)" in text
+    assert "TV 0.2830" in text and "H/E[R] 2.183 against the exact decoder's 2.220 (-0.037)" in text
     assert "threshold in 1 of 5 states" in text  # only state 0 has delta exp(-H) = 0.0838 < 0.09
     _, wide = views.plot_typical_view(epsilon=0.3, delta=1.0)
     assert "TV 0.5745" in wide and "in 1 of 5 states" in wide  # only state 0 has exp(-H) = 0.279 < 0.3
@@ -91,8 +91,8 @@ def test_policy_results_and_view():
     assert res["fixed k"].speedup == pytest.approx(sd.policy_speedup(CH.P, CH.Q, c_d=0.15, c_v=1.0, k=4,
                                                                      k_max=K_MAX).speedup)
     opt = sd.optimal_stopping(CH.P, CH.Q, c_d=0.15, c_v=1.0, k_max=K_MAX).result
-    assert res["optimal stopping"].speedup == pytest.approx(opt.speedup)
-    assert res["optimal stopping"].speedup > res["best fixed k"].speedup >= res["fixed k"].speedup
+    assert res["oracle stopping"].speedup == pytest.approx(opt.speedup)
+    assert res["oracle stopping"].speedup > res["best fixed k"].speedup >= res["fixed k"].speedup
     fig, text = views.plot_policy_view(policy="transformers' schedule", k_max=K_MAX)
     left, right = fig.axes
     (curve,) = _lines(left, "fixed_curve")
@@ -115,7 +115,7 @@ def test_policy_explorer_every_control_redraws(fast_png):
     (policy, k), (c_d, confidence) = box.children[0].children, box.children[1].children
     out = box.children[-1]
     text = lambda: out.outputs[1]["text"]  # noqa: E731
-    assert text().startswith("optimal stopping")
+    assert text().startswith("oracle stopping (optimal stopping, an oracle)")
     for control, value, expect in [(policy, "fixed k", "fixed k (fixed k = 4)"), (k, 2, "fixed k (fixed k = 2)"),
                                    (policy, "confidence stop", "confidence stop (confidence stop < 0.4)"),
                                    (confidence, 0.6, "confidence stop < 0.6"), (c_d, 0.3, "")]:
@@ -123,7 +123,7 @@ def test_policy_explorer_every_control_redraws(fast_png):
         control.value = value
         assert _fingerprint(out) != before and expect in text() and text() != was, (expect, text())
     k.value = 0  # a confidence stop capped at 0 proposals is plain decoding
-    assert "E[m] = 0.000" in text() and "S = 1.000" in text()
+    assert "m̄ = 0.000" in text() and "S = 1.000" in text()
 
 
 def test_lookup_rows_and_break_even():
@@ -140,6 +140,16 @@ def test_lookup_rows_and_break_even():
     (line,) = _lines(ax, "model")
     assert line.get_ydata()[15] == pytest.approx(model.speedup)  # c_d = 0.15 is the model draft's own point
     assert [t.get_text() for t in ax.texts] == [f"break-even c_d = {even:.2f}"]
+
+
+def test_lab_drafts_are_the_recorded_tables():
+    drafts = views.lab_drafts()
+    assert list(drafts) == ["table", "lookup"]
+    lookup, table = drafts["lookup"], drafts["table"]
+    assert max(lookup.measured) < 1.0 < max(table.measured)  # lookup lost to plain decoding at every k; the table won
+    assert lookup.ks == table.ks and len(lookup.measured) == len(lookup.ks)
+    with pytest.raises(ValueError, match="draft must be one of"):
+        views.lab_drafts(("prompt",))
 
 
 def test_figures_are_registered_and_build():

@@ -6,7 +6,6 @@ import torch
 from matplotlib.figure import Figure
 
 import specdec_lib as sd
-from specdec_lib.multidraft_rules import Stages
 from specdec_lib.presentation import many_drafts_and_trees as views
 
 CH = sd.reference_chain()
@@ -73,50 +72,19 @@ def test_multidraft_explorer_every_control_redraws(fast_png):
     assert "WRONG" in out.outputs[1]["text"]
 
 
-@pytest.mark.parametrize("rule", RULES)
-def test_tree_law_is_the_librarys_with_the_bonus_from_the_leaf(rule):
-    for widths, horizon in [((3, 2, 1), 4), ((2,), 3), ((1, 2), 3)]:
-        mine = views.tree_law(CH.P, CH.Q, start=CH.start, horizon=horizon, widths=widths, rule=rule)
-        lib = sd.exact_tree_distribution(CH.P, CH.Q, start=CH.start, horizon=horizon, widths=widths, rule=rule)
-        assert (mine - lib).abs().max().item() < 1e-12
-
-
-def test_bonus_from_the_parent_is_wrong_only_where_rows_differ():
-    target = sd.exact_sequence_distribution(CH.P, CH.start, 4)
-    wrong = views.tree_law(CH.P, CH.Q, start=CH.start, horizon=4, widths=(3, 2, 1), rule="rrs", bonus="parent")
-    assert sd.total_variation(wrong, target) > 0.5
-    short = views.tree_law(CH.P, CH.Q, start=CH.start, horizon=3, widths=(3, 2, 1), rule="rrs", bonus="parent")
-    assert sd.total_variation(short, sd.exact_sequence_distribution(CH.P, CH.start, 3)) < 1e-12  # no bonus inside
-    p, q = sd.post_pair()  # negative control: on an i.i.d. chain every row is the same, so the parent's row is right
-    P, Q = p.expand(5, 5).contiguous(), q.expand(5, 5).contiguous()
-    iid = views.tree_law(P, Q, start=0, horizon=3, widths=(2,), rule="rrs", bonus="parent")
-    assert sd.total_variation(iid, sd.exact_sequence_distribution(P, 0, 3)) < 1e-12
-
-
-def test_greedy_law_is_the_argmax_path():
-    law = views.greedy_law(CH.P, start=CH.start, horizon=3)
-    path, s = [], CH.start
-    for _ in range(3):
-        s = int(CH.P[s].argmax())
-        path.append(s)
-    assert law[tuple(path)].item() == pytest.approx(1.0) and law.sum().item() == pytest.approx(1.0)
-
-
-def test_tree_bugs_and_their_figure():
-    bugs = views.tree_bugs()
-    assert [b.tv < 1e-12 for b in bugs] == [True, False, False, True, False, False]
-    assert "PR #47" in bugs[1].reference and "PR #31214" in bugs[2].reference and "#183" in bugs[3].reference
-    walk = sd.exact_tree_distribution(CH.P, CH.Q, start=CH.start, horizon=4, widths=(3, 2, 1),
-                                      rule="walk_duplicate_siblings")
-    assert bugs[5].tv == pytest.approx(sd.total_variation(walk, sd.exact_sequence_distribution(CH.P, CH.start, 4)))
-    qx = views.tree_law(CH.P, CH.Q, start=CH.start, horizon=4, widths=(3, 2, 1),
-                        rule=Stages("top", ratio="q", residual="onehot"))
-    assert bugs[4].tv == pytest.approx(sd.total_variation(qx, sd.exact_sequence_distribution(CH.P, CH.start, 4)))
+def test_tree_bugs_figure_draws_the_registry():
+    bugs = sd.tree_bugs()
     ax = views.plot_tree_bugs(bugs).axes[0]
     assert [b.get_width() for b in ax.patches] == pytest.approx([b.tv for b in bugs])
     assert [t.get_text() for t in ax.texts] == ["exact" if b.tv < 1e-12 else f"{b.tv:.3f}" for b in bugs]
     at = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks())}
     assert sorted(at, key=at.get, reverse=True) == [b.name for b in bugs]  # listed top to bottom in order
+    colors = {b.name: p.get_facecolor() for b, p in zip(bugs, ax.patches)}
+    assert colors["PR #47's bonus bug alone"] == colors["top-n drafts with qx = 1 (one-hot)"]  # exact on (3, 2, 1)
+    assert colors["PR #47's bonus bug alone"] != colors["greedy at any temperature"]
+    wide = views.plot_tree_bugs(widths=(3, 2, 2)).axes[0]  # the registry at another tree: the bonus bug shows
+    assert "widths (3, 2, 2), horizon 4" in wide.get_title()
+    assert [b.get_width() for b in wide.patches] == pytest.approx([b.tv for b in sd.tree_bugs(widths=(3, 2, 2))])
 
 
 def test_tree_view_draws_the_tree_and_states_e_n_and_s():
@@ -165,10 +133,8 @@ def test_bad_input_names_the_argument():
         views.plot_rule_view(rule="greedy")
     with pytest.raises(ValueError, match="n must be >= 1"):
         views.plot_rule_view(n=0)
-    with pytest.raises(ValueError, match="bonus must be one of 'leaf', 'parent'"):
-        views.tree_law(CH.P, CH.Q, start=0, horizon=2, widths=(2,), rule="rrs", bonus="root")
-    with pytest.raises(TypeError, match="rule must be a registered rule's name or a Stages / Walk verifier"):
-        views.tree_law(CH.P, CH.Q, start=0, horizon=2, widths=(2,), rule=3)
+    with pytest.raises(TypeError, match="widths must be a tuple of ints"):
+        views.plot_tree_bugs(widths=2)
     with pytest.raises(TypeError, match="widths must be a tuple of ints"):
         views.plot_tree_view(widths=3)
     with pytest.raises(ValueError, match="n_max must be >= 1"):

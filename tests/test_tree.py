@@ -7,6 +7,7 @@ import torch
 from stats import rate_bound, tv_bound
 
 import specdec_lib as sd
+from specdec_lib.markov import tree as engine
 from specdec_lib.markov.tree import node_tables
 from specdec_lib.markov.tree_step import step_law, step_sample
 from specdec_lib.multidraft import MAX_TABLE, RULES
@@ -224,6 +225,32 @@ def test_generator_makes_runs_reproducible():
     assert 0 <= int(runs[0].min()) and int(runs[0].max()) < 5
 
 
+@pytest.mark.parametrize("rule", list(RULES))
+def test_a_verifier_is_its_registered_rule(rule):
+    # rule= takes any Stages / Walk verifier: the registered one gives the named rule's law and E[N], to 1e-12
+    v = RULES[rule].verifier
+    for widths, horizon in [((3, 2, 1), 4), ((1, 2), 3)]:
+        by_name, by_verifier = (sd.exact_tree_distribution(CH.P, CH.Q, start=CH.start, horizon=horizon, widths=widths,
+                                                           rule=r) for r in (rule, v))
+        assert (by_name - by_verifier).abs().max().item() < 1e-12
+    assert sd.tree_expected_tokens(CH.P, CH.Q, start=CH.start, widths=(2, 2), rule=v) == pytest.approx(
+        sd.tree_expected_tokens(CH.P, CH.Q, start=CH.start, widths=(2, 2), rule=rule), abs=1e-12)
+
+
+def test_tree_law_from_tables_with_another_bonus():
+    # tree_law with the bonus drawn from Q at the leaf instead of P: only the token after a kept leaf changes
+    P, Q = (f64(t) for t in CHAINS["reference"])
+    tables = node_tables(P, Q, (2,), RULES["rrs"].verifier)[:-1]
+    law = engine.tree_law(tables, tables[-1][0][:, :, None] * Q[None], start=CH.start, horizon=2)
+    kept, fallback = tables[0]
+    second = torch.stack([sd.multidraft_law(P[x], Q[x], 2, rule="rrs") for x in range(5)])  # a new round at x
+    want = kept[CH.start][:, None] * Q + fallback[CH.start][:, None] * second  # (V, V) by hand
+    assert (law - want).abs().max().item() < 1e-12
+    assert sd.total_variation(law, target("reference", 2)) > 0.05  # the wrong bonus shows, 2 tokens suffice
+    assert (engine.tree_law(tables, tables[-1][0][:, :, None] * Q[None], start=CH.start, horizon=1)
+            - (kept + fallback)[CH.start]).abs().max().item() < 1e-12  # and hides when it is past the horizon
+
+
 def test_argument_errors_name_the_argument():
     P, Q = CH.P, CH.Q
     exact = functools.partial(sd.exact_tree_distribution, start=0, horizon=3)
@@ -240,6 +267,8 @@ def test_argument_errors_name_the_argument():
             fn(P, Q, widths=(2.0,), rule="mss")
         with pytest.raises(ValueError, match="rule must be one of 'mss', 'rrs', 'onehot_sequential', 'onehot_walk'"):
             fn(P, Q, widths=(2,), rule="specinfer")
+        with pytest.raises(TypeError, match="rule must be a registered rule's name or a Stages / Walk verifier"):
+            fn(P, Q, widths=(2,), rule=3)
         with pytest.raises(ValueError, match="P must be a square"):
             fn(P[:3], Q, widths=(2,), rule="mss")
         with pytest.raises(ValueError, match="P and Q must have the same shape"):

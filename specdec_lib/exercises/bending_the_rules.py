@@ -36,6 +36,8 @@ EXACT_CASES = [
     ("draft = target", "typical_acceptance", {"epsilon": 0.0},
      "with the draft equal to the target and epsilon 0 every proposal is kept, so the only wrong token is the argmax "
      "bonus after a full block: test a setting where k + 1 <= horizon, so that the bonus lands inside the horizon"),
+    ("the reference chain", "sglang_threshold", None, ""),
+    ("the reference chain", "sglang_threshold", {"threshold_single": 0.5, "threshold_acc": 0.5}, ""),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Act V exercises: one step of recursive rejection sampling; the best static tree under a node budget."""
+"""Act V exercises: one step of recursive rejection sampling; the best uniform-width tree under a node budget."""
 from __future__ import annotations
 
 import functools
@@ -125,7 +125,8 @@ def _known_mistakes(got: tuple[int, ...], rule: str, budget: int, c_d: float, c_
 
 
 def check_best_widths(best_widths, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
-    """Exercise 6.2: best_widths(P, Q, *, start, rule, c_d, c_v, budget) -> the widths of largest S(T), |T| <= budget.
+    """Exercise 6.2: best_widths(P, Q, *, start, rule, c_d, c_v, budget) -> the widths of the uniform-width tree of
+    largest S(T) with |T| <= budget.
 
     S(T) = E[N_T] / (depth(T) c_d + c_v(|T|)); ties go to the tree with fewer nodes.
     """
@@ -158,6 +159,6 @@ def check_best_widths(best_widths, *, raise_on_failure: bool = True, verbose: bo
                 raise Stop(f"your tree is the best one under a known mistake: {'; or '.join(known)} ({where})")
             raise Stop(f"{where}: S = {s:.4f} at yours, {ref.speedup:.4f} at the best; search every widths tuple "
                        f"with |T| <= {budget}, of any depth")
-        report.note(f"the best tree on {len(TREE_CASES)} settings (sd.best_tree over every tree in the budget), a tie "
-                    "that goes to the smaller tree included")
+        report.note(f"the best uniform-width tree on {len(TREE_CASES)} settings (sd.best_tree over every widths tuple "
+                    "in the budget), a tie that goes to the smaller tree included")
     return run("best_widths", body, best_widths, raise_on_failure=raise_on_failure, verbose=verbose)

@@ -12,6 +12,9 @@ token, and which sibling with that token was kept does not matter. The exact law
 h tokens from a node at depth j and state s:
 
   G_j(s; x, rest) = kept_j[s, x] G_{j+1}(x; rest) + fallback_j[s, x] G_0(x; rest),   kept_L = 0, fallback_L = P
+
+tree_law runs it from node tables and a last-level table bonus[s, x, y] = P(the deepest level keeps x, then the
+bonus is y): kept_{L-1}[s, x] P[x, y] when the bonus comes from the leaf, as it must; tree_bugs builds others.
 """
 from __future__ import annotations
 
@@ -35,15 +38,20 @@ def check_widths(widths) -> tuple[int, ...]:
 
 
 def check_tree(P, Q, start, widths, rule) -> tuple[torch.Tensor, torch.Tensor, int, tuple[int, ...], Stages | Walk]:
-    """Validate a tree's arguments; return P and Q in float64 with rows renormalised, start, widths, the verifier."""
+    """Validate a tree's arguments; return P and Q in float64 with rows renormalised, start, widths, the verifier.
+
+    rule is a registered rule's name or a Stages / Walk verifier (a rule the registry does not hold).
+    """
     P, Q = check_table("P", P), check_table("Q", Q)
     if Q.shape != P.shape:
         raise ValueError(f"P and Q must have the same shape, got {tuple(P.shape)} and {tuple(Q.shape)}")
     start = check_start(start, P.shape[0])
     widths = check_widths(widths)
-    check_choice("rule", rule, tuple(RULES))
+    if not isinstance(rule, (str, Stages, Walk)):
+        raise TypeError(f"rule must be a registered rule's name or a Stages / Walk verifier, got {type(rule).__name__}")
+    v = rule if isinstance(rule, (Stages, Walk)) else RULES[check_choice("rule", rule, tuple(RULES))].verifier
     P, Q = (t.double() / t.double().sum(-1, keepdim=True) for t in (P, Q))  # as exact_sequence_distribution
-    return P, Q, start, widths, RULES[rule].verifier
+    return P, Q, start, widths, v
 
 
 def node_tables(P: torch.Tensor, Q: torch.Tensor, widths: tuple[int, ...],
@@ -60,20 +68,39 @@ def node_tables(P: torch.Tensor, Q: torch.Tensor, widths: tuple[int, ...],
     return [laws[w] for w in widths] + [(torch.zeros_like(P), P)]
 
 
+def tree_law(tables: list[tuple[torch.Tensor, torch.Tensor]], bonus: torch.Tensor, *, start: int,
+             horizon: int) -> torch.Tensor:
+    """The law (V,) * horizon of a round-by-round tree decoder from its node tables, float64, no sampling.
+
+    tables: (kept (V, V), fallback (V, V)) for depths 1..L (the kept table of depth L is unused); bonus (V, V, V):
+    bonus[s, x, y] = P(the deepest level, at state s, keeps x and the token after it is y).
+    """
+    V, L = bonus.shape[0], len(tables)
+    one = torch.ones(V, 1, dtype=torch.float64)
+    G, root = [one] * L, [one]  # G[j]: (V, V^h) law of the next h tokens at depth j; root[h]: G[0] at h tokens
+    for h in range(1, horizon + 1):  # G_j(s; x, rest) = kept_j[s, x] G_{j+1}(x; rest) + fallback_j[s, x] G_0(x; rest)
+        leaf = bonus.sum(-1)[:, :, None] if h == 1 else (bonus[..., None] * root[h - 2][None, None]).reshape(V, V, -1)
+        G = [((kept[:, :, None] * G[j + 1][None] if j < L - 1 else leaf)
+              + fallback[:, :, None] * root[h - 1][None]).reshape(V, -1)  # (V, V, V^(h-1)) -> (V, V^h)
+             for j, (kept, fallback) in enumerate(tables)]
+        root.append(G[0])
+    return root[horizon][start].reshape((V,) * horizon)
+
+
 def exact_tree_distribution(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, widths,
-                            rule: str) -> torch.Tensor:
-    """The tree decoder's exact output law over all V^horizon sequences, shape (V,) * horizon, float64, no sampling."""
+                            rule: str | Stages | Walk) -> torch.Tensor:
+    """The tree decoder's exact output law over all V^horizon sequences, shape (V,) * horizon, float64, no sampling.
+
+    rule is a registered rule's name or any Stages / Walk verifier; the bonus after a kept leaf comes from P there.
+    """
     P, Q, start, widths, v = check_tree(P, Q, start, widths, rule)
     horizon = check_int("horizon", horizon, minimum=1)
-    tables, V, L = node_tables(P, Q, widths, v), P.shape[0], len(widths)
-    G = [torch.ones(V, 1, dtype=torch.float64)] * (L + 1)  # G[j]: (V, V^h) law of the next h tokens, h = 0
-    for _ in range(horizon):  # G_j(s; x, rest) = kept_j[s, x] G_{j+1}(x; rest) + fallback_j[s, x] G_0(x; rest)
-        G = [(kept[:, :, None] * G[min(j + 1, L)][None] + fallback[:, :, None] * G[0][None]).reshape(V, -1)
-             for j, (kept, fallback) in enumerate(tables)]  # (V, V, V^(h-1)) -> (V, V^h); kept_L = 0
-    return G[0][start].reshape((V,) * horizon)
+    tables = node_tables(P, Q, widths, v)[:-1]
+    bonus = tables[-1][0][:, :, None] * P[None]  # (V, V, V) kept leaf x at state s, then y ~ P[x]
+    return tree_law(tables, bonus, start=start, horizon=horizon)
 
 
-def tree_expected_tokens(P: torch.Tensor, Q: torch.Tensor, *, start: int, widths, rule: str) -> float:
+def tree_expected_tokens(P: torch.Tensor, Q: torch.Tensor, *, start: int, widths, rule: str | Stages | Walk) -> float:
     """E[N] of one round from state start, exactly: 1 + the expected accepted depth (N = depth + 1)."""
     P, Q, start, widths, v = check_tree(P, Q, start, widths, rule)
     tables = node_tables(P, Q, widths, v)
@@ -83,8 +110,8 @@ def tree_expected_tokens(P: torch.Tensor, Q: torch.Tensor, *, start: int, widths
     return 1.0 + depth[start].item()
 
 
-def decode_tree_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, widths, n: int, rule: str,
-                       generator: torch.Generator | None = None, log=None) -> torch.Tensor:
+def decode_tree_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, widths, n: int,
+                       rule: str | Stages | Walk, generator: torch.Generator | None = None, log=None) -> torch.Tensor:
     """n sequences (n, horizon) from the tree decoder, all n at once: each node's children drawn and tested by the rule.
 
     A SpecDecodeLog with k = len(widths) passed as `log` records every round: its accepted depth A, and the tokens

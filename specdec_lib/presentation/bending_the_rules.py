@@ -1,8 +1,10 @@
 """Act V, bending the rules: typical acceptance's TV against its tokens, adaptive draft lengths, n-gram lookup.
 
-Every number is exact (no sampling): decoder_stats and typical_sweep walk the exact engine; the policies come from
-markov/adaptive.py in the long run; lookup_vs_model compares prompt lookup with the model draft. Results are cached,
-because a slider revisits the same settings.
+Every number is exact (no sampling): decoder_stats and typical_sweep walk the exact engine (tokens per target call
+over a horizon, H / E[R]); the policies come from markov/long_run.py and markov/adaptive.py in the long run (tokens
+per round N̄, cost per round C̄, S = N̄ / C̄); lookup_vs_model compares prompt lookup with the model draft, and the
+lab's recorded lookup and table drafts come from measure_it's recording. Results are cached, because a slider
+revisits the same settings.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from ..markov.lossy import typical_sweep
 from ..markov.measures import decoder_stats
 from ..markov.registry import failure_modes
 from .many_drafts_and_trees import EXACT_TV, tv_text
+from .measure_it import load_recording
 from .style import COLORS, new_figure
 from .widgets import explorer
 
@@ -26,7 +29,7 @@ EPSILONS = tuple(round(0.01 * i, 2) for i in range(31))  # 0, 0.01, ..., 0.30: M
 DELTAS = (0.1, 0.3, 1.0)  # 0.3 is Medusa's posterior_alpha
 C_D, C_V, K_MAX = 0.15, 1.0, 8  # Act IV's draft step, a flat verification pass, the longest draft a policy may use
 LOOKUP_HORIZON = 5  # lookup needs some committed text to find a match in
-POLICIES = ("fixed k", "transformers' schedule", "confidence stop", "optimal stopping")
+POLICIES = ("fixed k", "transformers' schedule", "confidence stop", "oracle stopping")
 STAR_GID, EXACT_GID = "chosen", "exact_decoder"
 
 
@@ -38,7 +41,7 @@ def bending_stats(k: int = K, horizon: int = HORIZON) -> dict:
 
 
 def exact_tokens() -> float:
-    """E[N] (tokens per target call) of the exact decoder at K, HORIZON: the zero of every gain."""
+    """H / E[R] (tokens per target call over the horizon) of the exact decoder at K, HORIZON: every gain's zero."""
     return bending_stats()["correct"].tokens_per_call
 
 
@@ -50,7 +53,7 @@ def sweep(delta: float, epsilons: tuple = EPSILONS) -> tuple:
 
 
 def _draw_front(ax, delta: float, what: str, color: str, *, width: float = 1.2, marker: str = "o") -> None:
-    """One delta's sweep: `what` ('tv' or 'kl') against the E[N] gain over the exact decoder."""
+    """One delta's sweep: `what` ('tv' or 'kl') against the gain in H/E[R] over the exact decoder."""
     points = sweep(delta)
     gain = [p.tokens_per_call - exact_tokens() for p in points]
     ax.plot(gain, [getattr(p, what) for p in points], marker=marker, markersize=3 + width, color=color,
@@ -64,7 +67,7 @@ def _draw_exact(ax) -> None:
 
 
 def plot_pareto(deltas=DELTAS):
-    """TV (left) and KL (right) to the target chain against the E[N] gain over the exact decoder, over epsilon."""
+    """TV (left) and KL (right) to the target chain against the gain in H/E[R] over the exact decoder, over epsilon."""
     palette = [COLORS["draft"], COLORS["wrong"], "#9467bd", COLORS["overlap"]]
     if not 1 <= len(deltas) <= len(palette):
         raise ValueError(f"deltas must hold 1 to {len(palette)} values, got {len(deltas)}")
@@ -77,11 +80,11 @@ def plot_pareto(deltas=DELTAS):
         ax.plot([medusa.tokens_per_call - exact_tokens()], [getattr(medusa, what)], marker="o", markersize=11,
                 markerfacecolor="none", color="black", linestyle="none", label="Medusa's defaults", gid="medusa")
         _draw_exact(ax)
-        ax.set_xlabel("E[N] gain over the exact decoder (tokens per target call)")
+        ax.set_xlabel("gain in tokens per target call H/E[R] over the exact decoder")
         ax.set_ylabel(label)
         ax.legend(fontsize=7, loc="upper right")
     fig.suptitle(f"Typical acceptance over ε = 0 .. {EPSILONS[-1]:g}, k = {K}, horizon {HORIZON}, reference chain "
-                 f"(exact decoder: E[N] = {exact_tokens():.3f}, TV 0)", fontsize=10)
+                 f"(exact decoder: H/E[R] = {exact_tokens():.3f}, TV 0)", fontsize=10)
     return fig
 
 
@@ -92,7 +95,7 @@ def typical_point(epsilon: float, delta: float):
 
 
 def plot_typical_view(*, epsilon: float = 0.09, delta: float = 0.3):
-    """TV against the E[N] gain for delta's sweep, (epsilon, delta) starred (left); each state's threshold (right)."""
+    """TV against the H/E[R] gain for delta's sweep, (epsilon, delta) starred (left); each state's threshold (right)."""
     epsilon = check_real("epsilon", epsilon, low=0.0, high=1.0)
     delta = check_real("delta", delta, low=0.0, high=1.0)
     point, base = typical_point(epsilon, delta), exact_tokens()
@@ -101,10 +104,10 @@ def plot_typical_view(*, epsilon: float = 0.09, delta: float = 0.3):
     _draw_exact(left)
     left.plot([point.tokens_per_call - base], [point.tv], marker="*", markersize=15, color=COLORS["wrong"],
               linestyle="none", gid=STAR_GID, label=f"ε = {epsilon:.2f}")
-    left.set_xlabel("E[N] gain over the exact decoder")
+    left.set_xlabel("gain in H/E[R] over the exact decoder")
     left.set_ylabel("exact TV to the target")
     left.legend(fontsize=8, loc="center right")
-    left.set_title(f"ε = {epsilon:.2f}, δ = {delta:.2f}: TV {tv_text(point.tv)}, E[N] {point.tokens_per_call:.3f}",
+    left.set_title(f"ε = {epsilon:.2f}, δ = {delta:.2f}: TV {tv_text(point.tv)}, H/E[R] {point.tokens_per_call:.3f}",
                    fontsize=10)
     t = typical_threshold(CH.P, epsilon=epsilon, delta=delta)  # (V,) each state's threshold
     cap = typical_threshold(CH.P, epsilon=1.0, delta=delta)  # (V,) delta exp(-H)
@@ -124,7 +127,7 @@ def plot_typical_view(*, epsilon: float = 0.09, delta: float = 0.3):
     right.set_title(f"kept (o) above the threshold min(ε, δ exp(-H)) (black), cut (x);\n"
                     f"δ exp(-H) dotted: it sets the threshold in {capped} of {V} states", fontsize=9)
     text = (f"epsilon = {epsilon:.2f}, delta = {delta:.2f}: TV {tv_text(point.tv)}, KL {point.kl:.4f}, "
-            f"E[N] {point.tokens_per_call:.3f} against the exact decoder's {base:.3f} "
+            f"H/E[R] {point.tokens_per_call:.3f} against the exact decoder's {base:.3f} "
             f"({point.tokens_per_call - base:+.3f}); delta exp(-H) sets the threshold in {capped} of {V} states")
     return fig, text
 
@@ -150,7 +153,7 @@ def _optimal(c_d: float, c_v: float, k_max: int):
 
 def policy_results(*, k: int = 4, c_d: float = C_D, confidence: float = 0.4, c_v: float = C_V,
                    k_max: int = K_MAX) -> dict:
-    """{policy: PolicyResult} for POLICIES (fixed k, the schedule in [1, k_max], confidence stop at most k, optimal)
+    """{policy: PolicyResult} for POLICIES (fixed k, the schedule in [1, k_max], confidence stop at most k, oracle)
     and "best fixed k", in the long run on the reference chain."""
     k_max = check_int("k_max", k_max, minimum=1)
     if not 0 <= check_int("k", k, minimum=0) <= k_max:
@@ -161,20 +164,21 @@ def policy_results(*, k: int = 4, c_d: float = C_D, confidence: float = 0.4, c_v
             "transformers' schedule": hf_schedule_speedup(CH.P, CH.Q, c_d=c_d, c_v=c_v, k_max=k_max),
             "confidence stop": confidence_speedup(CH.P, CH.Q, c_d=c_d, c_v=c_v, confidence=confidence, k=k,
                                                   k_max=k_max),
-            "optimal stopping": _optimal(c_d, c_v, k_max),
+            "oracle stopping": _optimal(c_d, c_v, k_max),
             "best fixed k": max(fixed, key=lambda r: r.speedup)}
 
 
-def plot_policy_view(*, policy: str = "optimal stopping", k: int = 4, c_d: float = C_D, confidence: float = 0.4,
+def plot_policy_view(*, policy: str = "oracle stopping", k: int = 4, c_d: float = C_D, confidence: float = 0.4,
                      c_v: float = C_V, k_max: int = K_MAX):
-    """S (left) and E[N] (right) against proposals drafted per round: the fixed-k curve and each adaptive policy."""
+    """S (left) and N̄ (right) against proposals drafted per round m̄: the fixed-k curve and each adaptive policy."""
     check_choice("policy", policy, POLICIES)
     res = policy_results(k=k, c_d=c_d, confidence=confidence, c_v=c_v, k_max=k_max)
     fixed = _fixed(round(float(c_d), 6), round(float(c_v), 6), k_max)
     fig, axes = new_figure(2, width=11.0, height=3.8)
-    marks = {"fixed k": "D", "transformers' schedule": "s", "confidence stop": "^", "optimal stopping": "P"}
+    marks = {"fixed k": "D", "transformers' schedule": "s", "confidence stop": "^", "oracle stopping": "P"}
     colors = dict(zip(POLICIES, (COLORS["target"], COLORS["draft"], COLORS["overlap"], COLORS["wrong"])))
-    for ax, what, label in zip(axes, ("speedup", "tokens_per_round"), ("S (long run)", "E[N] per round")):
+    for ax, what, label in zip(axes, ("speedup", "tokens_per_round"), ("S = N̄ / C̄ (long run)",
+                                                                       "tokens per round N̄ (long run)")):
         ax.plot(range(k_max + 1), [getattr(r, what) for r in fixed], color=COLORS["neutral"], marker=".",
                 linewidth=1.0, label="fixed k = 0 .. k_max", gid="fixed_curve")
         for name in POLICIES:
@@ -184,21 +188,21 @@ def plot_policy_view(*, policy: str = "optimal stopping", k: int = 4, c_d: float
         chosen = res[policy]
         ax.plot([chosen.drafted_per_round], [getattr(chosen, what)], marker="*", markersize=18, color="gold",
                 markeredgecolor="black", linestyle="none", gid=STAR_GID, zorder=0)
-        ax.set_xlabel("proposals drafted per round, E[m]")
+        ax.set_xlabel("proposals drafted per round, m̄")
         ax.set_ylabel(label)
         ax.legend(fontsize=7, loc="lower right")
     best = res["best fixed k"]
     axes[0].axhline(best.speedup, color=COLORS["neutral"], linestyle=":", linewidth=1.0)
-    fig.suptitle(f"{policy}: S = {res[policy].speedup:.3f}, E[N] = {res[policy].tokens_per_round:.3f} "
+    fig.suptitle(f"{policy}: S = {res[policy].speedup:.3f}, N̄ = {res[policy].tokens_per_round:.3f} "
                  f"(best {best.name}: S = {best.speedup:.3f}); c_d = {c_d:.2f}, c_v = {c_v:g}, k_max = {k_max}",
                  fontsize=10)
     r = res[policy]
-    text = (f"{policy} ({r.name}): E[N] = {r.tokens_per_round:.3f} tokens per round, E[m] = {r.drafted_per_round:.3f} "
-            f"drafted, E[C] = {r.cost_per_round:.3f}, S = {r.speedup:.3f}; best {best.name}: S = {best.speedup:.3f}")
+    text = (f"{policy} ({r.name}): N̄ = {r.tokens_per_round:.3f} tokens per round, m̄ = {r.drafted_per_round:.3f} "
+            f"drafted, C̄ = {r.cost_per_round:.3f}, S = {r.speedup:.3f}; best {best.name}: S = {best.speedup:.3f}")
     return fig, text
 
 
-def policy_explorer(*, policy: str = "optimal stopping", k: int = 4, c_d: float = C_D, confidence: float = 0.4,
+def policy_explorer(*, policy: str = "oracle stopping", k: int = 4, c_d: float = C_D, confidence: float = 0.4,
                     k_max: int = K_MAX):
     """A policy dropdown and sliders for k (fixed k, and the cap of the confidence stop), c_d and the confidence."""
     import ipywidgets as widgets
@@ -236,9 +240,9 @@ def plot_lookup(rows=None):
     c_ds = [0.01 * i for i in range(81)]
     fig, ax = new_figure(height=3.6)
     ax.plot(c_ds, [speedup_at(model.stats, c_d=c) for c in c_ds], color=COLORS["draft"], linewidth=1.8,
-            label=f"model draft (E[N] {model.stats.tokens_per_call:.2f})", gid="model")
+            label=f"model draft (H/E[R] {model.stats.tokens_per_call:.2f})", gid="model")
     ax.plot(c_ds, [lookup.speedup] * len(c_ds), color=COLORS["target"], linewidth=1.8,
-            label=f"n-gram lookup, c_d = 0 (E[N] {lookup.stats.tokens_per_call:.2f})", gid="lookup")
+            label=f"n-gram lookup, c_d = 0 (H/E[R] {lookup.stats.tokens_per_call:.2f})", gid="lookup")
     even = break_even_c_d((lookup, model))
     ax.axvline(even, color=COLORS["neutral"], linestyle=":", linewidth=1.0)
     ax.axhline(1.0, color="black", linewidth=0.8)
@@ -251,6 +255,12 @@ def plot_lookup(rows=None):
     return fig
 
 
+def lab_drafts(names=("table", "lookup")) -> dict:
+    """{draft: SpeedupTable} of the lab's recorded `make measure` run (notebook 05) for the named drafts."""
+    recording = load_recording()
+    return {name: recording.table(name) for name in names}
+
+
 FIGURES = {
     "act5b_pareto": lambda: plot_pareto(),
     "act5b_typical_view": lambda: plot_typical_view()[0],
@@ -259,4 +269,4 @@ FIGURES = {
 }
 
 __all__ = ["EXACT_TV", "plot_pareto", "plot_typical_view", "typical_explorer", "plot_policy_view", "policy_explorer",
-           "plot_lookup", "policy_results", "bending_stats", "sweep", "lookup_rows", "break_even_c_d"]
+           "plot_lookup", "policy_results", "bending_stats", "sweep", "lookup_rows", "break_even_c_d", "lab_drafts"]

@@ -1,23 +1,21 @@
 """Act V figures: many drafts at one position, static draft trees on the reference chain, and tree verification's bugs.
 
-Everything is exact (no sampling): `multidraft_law` and the tree recursion give each rule's output law. `tree_law`
-extends `exact_tree_distribution` with any verifier and with the bonus of SafeAILab/EAGLE PR #47 (the library has no
-variant for it yet); it equals the library's law for every registered rule with the bonus from the leaf.
+Everything is exact (no sampling): `multidraft_law` and the tree engine give each rule's output law; the tree bugs'
+laws and TVs come from markov.tree_bugs. This module only draws and formats them.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from .._checks import check_choice, check_int
 from ..markov.chain import exact_sequence_distribution, reference_chain
-from ..markov.tree import check_tree, check_widths, node_tables, tree_expected_tokens
+from ..markov.tree import check_widths, exact_tree_distribution, tree_expected_tokens
+from ..markov.tree_bugs import TreeBug, tree_bugs
 from ..markov.tree_cost import tree_nodes, tree_speedup
 from ..multidraft import RULES, multidraft_accept_probability, multidraft_law
-from ..multidraft_rules import Stages, Walk
-from ..policy import apply_policy, policy_table
+from ..policy import apply_policy
 from ..sampling import overlap, post_pair, total_variation
 from .cost_model import LinearCost
 from .style import COLORS, new_figure
@@ -36,7 +34,7 @@ ADVERSARIAL = {  # the cases that break naive multi-draft verifiers; n up to 5 e
     "one-hot q": (post_pair()[0], torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0])),
     "q zero where p > 0": (torch.tensor([0.4, 0.3, 0.2, 0.1]), torch.tensor([0.0, 0.5, 0.5, 0.0])),
 }
-WIDTHS, HORIZON = (3, 2, 1), 4  # the tree of the bug table; 4 tokens hold a full round: 3 kept children, the bonus
+WIDTHS = (3, 2, 1)  # the tree of the bug table; len + 1 = 4 tokens hold a full round: 3 kept children, the bonus
 C_D, C_V = 0.15, LinearCost(1.0, 0.05)  # Act IV's draft step and memory-bound pass, c_v(|T|) = 1 + 0.05 |T|
 BETA_GID, MARK_GID, TARGET_GID = "single_draft_beta", "selected", "target"
 
@@ -127,71 +125,11 @@ def multidraft_explorer(*, pair: str = "the post's pair", n: int = 3, rule: str 
     return explorer(lambda **kw: plot_rule_view(**kw), controls, rows=[["pair", "n", "rule"]])
 
 
-def tree_law(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, widths, rule: str | Stages | Walk,
-             bonus: str = "leaf") -> torch.Tensor:
-    """A static tree's exact law (V,) * horizon for a rule name or any verifier; bonus 'parent' is EAGLE PR #47's bug.
-
-    'leaf' draws the bonus after a kept leaf from P at the leaf (exact_tree_distribution); 'parent' from P at the
-    leaf's parent, the row that just judged the leaf (the bug exactly when the last level has one child per node).
-    """
-    if not isinstance(rule, (str, Stages, Walk)):
-        raise TypeError(f"rule must be a registered rule's name or a Stages / Walk verifier, got {type(rule).__name__}")
-    P, Q, start, widths, v = check_tree(P, Q, start, widths, rule if isinstance(rule, str) else "mss")
-    v = v if isinstance(rule, str) else rule
-    horizon = check_int("horizon", horizon, minimum=1)
-    check_choice("bonus", bonus, ("leaf", "parent"))
-    tables, V, L = node_tables(P, Q, widths, v), P.shape[0], len(widths)
-    G = [torch.ones(V, 1, dtype=torch.float64)] * (L + 1)  # G[j]: (V, V^h) law of the next h tokens at depth j
-    for _ in range(horizon):
-        new = []
-        for j, (kept, fallback) in enumerate(tables):
-            below = G[min(j + 1, L)][None]  # (1, V, V^(h-1)): a kept child x goes on at state x
-            if j == L - 1 and bonus == "parent":
-                below = G[L][:, None]  # (V, 1, V^(h-1)): the bonus is drawn at the parent's state s
-            new.append((kept[:, :, None] * below + fallback[:, :, None] * G[0][None]).reshape(V, -1))
-        G = new
-    return G[0][start].reshape((V,) * horizon)
-
-
-def greedy_law(P: torch.Tensor, *, start: int, horizon: int) -> torch.Tensor:
-    """The law of a verifier that is greedy at any temperature: the chain of P's argmax rows (SGLang PR #31214)."""
-    return exact_sequence_distribution(policy_table(P, temperature=0), start, horizon)
-
-
-@dataclass(frozen=True)
-class TreeBug:
-    """One way tree verification goes wrong (or is feared to): its exact TV from the target chain and its source."""
-
-    name: str
-    tv: float
-    reference: str
-
-
-def tree_bugs(*, widths=WIDTHS, horizon: int = HORIZON) -> list[TreeBug]:
-    """The field bugs of tree verification on the reference chain, each with its exact TV from the target chain."""
-    ch = reference_chain()
-    kw = dict(start=ch.start, horizon=horizon, widths=widths)
-    target = exact_sequence_distribution(ch.P, ch.start, horizon)
-    laws = [
-        ("rrs, the bonus from the leaf (correct)", tree_law(ch.P, ch.Q, rule="rrs", **kw), "EAGLE-1's sampler"),
-        ("rrs, the bonus from the leaf's parent", tree_law(ch.P, ch.Q, rule="rrs", bonus="parent", **kw),
-         "SafeAILab/EAGLE PR #47"),
-        ("greedy at any temperature", greedy_law(ch.P, start=ch.start, horizon=horizon),
-         "sgl-project/sglang PR #31214"),
-        ("top-n drafts with qx = 1 (one-hot)", tree_law(ch.P, ch.Q, rule="onehot_sequential", **kw),
-         "SafeAILab/EAGLE #183, #221, #283: not a bug"),
-        ("top-n drafts with qx = q(x) instead", tree_law(ch.P, ch.Q, rule=Stages("top", ratio="q", residual="onehot"),
-                                                         **kw), "the alternative SafeAILab/EAGLE #283 implies"),
-        ("SGLang's walk fed i.i.d. drafts", tree_law(ch.P, ch.Q, rule="walk_duplicate_siblings", **kw),
-         "constructed (duplicate siblings)"),
-    ]
-    return [TreeBug(name, total_variation(law, target), ref) for name, law, ref in laws]
-
-
-def plot_tree_bugs(bugs: list[TreeBug] | None = None):
-    """Horizontal bars of each tree bug's exact TV; exact ones (TV < 1e-12) in blue at zero."""
-    bugs = tree_bugs() if bugs is None else bugs
-    fig, ax = new_figure(height=3.6)
+def plot_tree_bugs(bugs: list[TreeBug] | None = None, *, widths=WIDTHS):
+    """Horizontal bars of each tree bug's exact TV (markov.tree_bugs); exact ones (TV < 1e-12) in blue at zero."""
+    widths = check_widths(widths)
+    bugs = tree_bugs(widths=widths, horizon=len(widths) + 1) if bugs is None else bugs
+    fig, ax = new_figure(height=4.2)
     y = list(range(len(bugs)))[::-1]
     ax.barh(y, [b.tv for b in bugs], color=[COLORS["target"] if b.tv < EXACT_TV else COLORS["wrong"] for b in bugs])
     ax.set_yticks(y, [b.name for b in bugs], fontsize=8)
@@ -199,7 +137,7 @@ def plot_tree_bugs(bugs: list[TreeBug] | None = None):
         ax.text(b.tv + 0.01, yi, "exact" if b.tv < EXACT_TV else f"{b.tv:.3f}", va="center", fontsize=7)
     ax.set_xlim(0, max(b.tv for b in bugs) * 1.15 + 0.02)
     ax.set_xlabel("exact TV from the target chain, no sampling")
-    ax.set_title(f"Tree verification on the reference chain, widths {WIDTHS}, horizon {HORIZON}", fontsize=10)
+    ax.set_title(f"Tree verification on the reference chain, widths {widths}, horizon {len(widths) + 1}", fontsize=10)
     return fig
 
 
@@ -239,7 +177,7 @@ def plot_tree_view(*, widths=WIDTHS, rule: str = "rrs", c_d: float = C_D, c_v=C_
     ch = reference_chain()
     widths = check_widths(widths)
     horizon = len(widths) + 1
-    law = tree_law(ch.P, ch.Q, start=ch.start, horizon=horizon, widths=widths, rule=rule)
+    law = exact_tree_distribution(ch.P, ch.Q, start=ch.start, horizon=horizon, widths=widths, rule=rule)
     target = exact_sequence_distribution(ch.P, ch.start, horizon)
     tv = total_variation(law, target)
     e_n = tree_expected_tokens(ch.P, ch.Q, start=ch.start, widths=widths, rule=rule)
