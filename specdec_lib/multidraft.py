@@ -40,7 +40,8 @@ _RULES = [
                    Stages("iid", ratio="q", residual="q")),
     MultiDraftRule("rrs", "drafts without replacement; stage i divides by and subtracts q_i (q without earlier drafts)",
                    "Jeon et al. 2024 (arXiv 2402.14160); Sequoia (arXiv 2402.12374); EAGLE-1: " + _EAGLE1
-                   + " (the residual subtracts q with the earlier siblings, b_indices, masked and renormalised); "
+                   + " (the node rule: the residual subtracts q with the earlier siblings, b_indices, masked and "
+                   "renormalised; the tree walk around it is modelled at three commits of main in markov/tree_bugs); "
                    "SafeAILab/EAGLE #74 (the drafts' q is renormalised: they are drawn without replacement)", True,
                    Stages("without", ratio="q_i", residual="q_i")),
     MultiDraftRule("onehot_sequential", "q's top-n tokens as point masses; keep x_i with p_i(x_i), else drop it from p",
