@@ -25,7 +25,8 @@ def tv_noise_bound(exact: torch.Tensor, n: int, delta: float = DELTA) -> float:
 
 def tv_noise_mean(exact: torch.Tensor, n: int) -> float:
     """Upper bound 1/2 sum sqrt(p (1 - p) / n) on the expected TV of n exact samples (the noise floor)."""
-    p = exact.double().reshape(-1)
+    p = check_distribution("exact", exact.reshape(-1) if isinstance(exact, torch.Tensor) else exact).double()
+    n = check_int("n", n, minimum=1)
     return 0.5 * torch.sqrt(p * (1 - p) / n).sum().item()
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_int, check_real, check_tensor
+from ._checks import check_distribution, check_int, check_real, check_tensor
 
 
 def apply_policy(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
@@ -40,13 +40,22 @@ def apply_policy(logits: torch.Tensor, temperature: float = 1.0, top_k: int | No
 
 
 def greedy_token(p_rows: torch.Tensor) -> torch.Tensor:
-    """Argmax token of each row (..., V) -> (...,): the greedy policy's choice."""
+    """Argmax token of each row (..., V) -> (...,): the greedy policy's choice (the first one on a tie)."""
+    p_rows = check_tensor("p_rows", p_rows)
+    if p_rows.dim() < 1 or p_rows.shape[-1] == 0:
+        raise ValueError(f"p_rows must have a non-empty last axis (the vocabulary), got shape {tuple(p_rows.shape)}")
+    if torch.isnan(p_rows).any():
+        raise ValueError("p_rows must not contain NaN (a NaN row has no argmax)")
     return p_rows.argmax(-1)
 
 
 def policy_table(table: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                  top_p: float | None = None) -> torch.Tensor:
-    """Apply a sampling policy to every row of a probability table; the default policy returns it unchanged."""
+    """Apply a sampling policy to every row of a probability table; the default policy returns it unchanged.
+
+    Every row (the last axis) must be a distribution: finite, >= 0, summing to 1 within 1e-4 (_checks.SUM_TOL).
+    """
+    table = check_distribution("table", table)
     if temperature == 1.0 and top_k is None and top_p is None:
         return table
     return apply_policy(torch.log(table.double()), temperature=temperature, top_k=top_k, top_p=top_p)

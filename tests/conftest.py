@@ -1,4 +1,4 @@
-"""Shared fixtures."""
+"""Shared fixtures, and the skip of `slow` tests (markers e2e, slow, stat, heavy: registered in pyproject.toml)."""
 import pytest
 
 from specdec_lib.presentation import widgets
@@ -18,12 +18,6 @@ def _fingerprint(fig) -> bytes:
 def fast_png(monkeypatch):
     """Skip PNG rendering in slider tests (rendering itself is tested in test_presentation_widgets)."""
     monkeypatch.setattr(widgets, "png_bytes", _fingerprint)
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: minutes long (the student notebooks executed); "
-                                       "run by `make test-student`, "
-                                       "skipped unless -m selects slow")
 
 
 def pytest_collection_modifyitems(config, items):

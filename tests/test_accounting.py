@@ -111,6 +111,7 @@ def _mean_and_sd(alpha, k, n):
     return e_a, math.sqrt((e_a2 - e_a ** 2) / n)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("alpha, k", [(0.8, 8), (0.5, 4), ([0.9, 0.6, 0.3], 3)])
 def test_simulate_blocks_mean_matches_expected_accepted(alpha, k):
     n = 40_000
@@ -123,6 +124,7 @@ def test_simulate_blocks_mean_matches_expected_accepted(alpha, k):
     assert abs((A + 1).double().mean().item() - expected_tokens(alpha, k)) < 5 * sd
 
 
+@pytest.mark.stat
 def test_simulate_blocks_negative_control_wrong_alpha_fails():
     # blocks simulated at alpha 0.75 must fail the 5 sd E[N] check for alpha 0.8 (E[N] 3.70 vs 4.33)
     n = 40_000
@@ -131,6 +133,7 @@ def test_simulate_blocks_negative_control_wrong_alpha_fails():
     assert abs((A + 1).double().mean().item() - expected_tokens(0.8, 8)) > 5 * sd
 
 
+@pytest.mark.stat
 def test_simulate_blocks_reach_and_full_block_fraction():
     n, k, alpha = 40_000, 6, 0.7
     A = simulate_blocks(alpha, k, n, generator=gen(3))
@@ -172,6 +175,7 @@ def test_simulate_mixture_shape(survivor):
     assert accepts.dtype == torch.bool and accepts.shape == (200_000, 4)
 
 
+@pytest.mark.stat
 def test_survivor_table_matches_post(survivor):
     accepts, s = survivor
     n = accepts.shape[0]
@@ -198,6 +202,7 @@ def test_survivor_table_matches_post(survivor):
     assert s.product_of_population[3] == pytest.approx(0.7 ** 4, abs=0.005)
 
 
+@pytest.mark.stat
 def test_survivor_negative_controls(survivor):
     accepts, s = survivor
     n = accepts.shape[0]
@@ -260,6 +265,7 @@ def test_survivor_statistics_bad_input():
         survivor_statistics(torch.ones(0, 2, dtype=torch.bool))
 
 
+@pytest.mark.stat
 def test_mixture_class_is_constant_within_a_request():
     # betas (1, 0): a request is all-accept (prob 0.3) or all-reject; never mixed
     n = 20_000
@@ -274,6 +280,7 @@ def test_mixture_class_is_constant_within_a_request():
     assert abs((independent == 5).double().mean().item() - 0.3) > 5 * math.sqrt(0.21 / n)
 
 
+@pytest.mark.stat
 def test_mixture_weights_pick_classes():
     acc = simulate_mixture(betas=(0.2, 0.9), weights=torch.tensor([0.0, 1.0]), k=3, n=1000, generator=gen(8))
     # only the 0.9 class: P(flag) = 0.9 with sd sqrt(0.09/3000); allow 5 sd

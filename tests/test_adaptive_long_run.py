@@ -51,6 +51,7 @@ def test_round_law_is_one_law():
     assert torch.allclose(fixed.ratio, fixed.n / (3 * C_D + C_V), atol=1e-12)  # a constant C: E[N / C] = E[N] / C
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("k, horizon, confidence", [(4, 3, 0.4), (2, 5, 0.4), (3, 4, 0.0), (1, 3, 0.6), (0, 3, 0.0)])
 def test_text_speedup_is_the_exact_engines_at_short_horizons(k, horizon, confidence):
     mode, options = ("confidence_stop", {"confidence": confidence}) if confidence > 0 else ("correct", None)
@@ -59,6 +60,7 @@ def test_text_speedup_is_the_exact_engines_at_short_horizons(k, horizon, confide
     assert got == pytest.approx(stats.speedup(c_d=C_D, c_v=C_V), abs=1e-12)
 
 
+@pytest.mark.heavy
 def test_text_speedup_tends_to_the_ratio_of_expectations_not_the_mean_of_ratios():
     s = long_run.confidence_speedup(CH.P, CH.Q, c_d=C_D, c_v=C_V, confidence=0.4, k=20).speedup
     wrong = long_run.mean_of_ratios(CH.P, CH.Q, c_d=C_D, c_v=C_V, k=20, confidence=0.4)
@@ -91,6 +93,7 @@ def mean_and_noise(values):
     return mean, 5 * sd / math.sqrt(n) + 0.01
 
 
+@pytest.mark.stat
 def test_sampled_texts_give_the_ratio_of_expectations():
     texts = sampled_texts(seed=40, retune=False)
     s = long_run.confidence_speedup(CH.P, CH.Q, c_d=C_D, c_v=C_V, confidence=0.4, k=20).speedup
@@ -101,6 +104,7 @@ def test_sampled_texts_give_the_ratio_of_expectations():
     assert abs(ratio - wrong) < noise and abs(ratio - s) > noise  # what averaging per-round ratios estimates
 
 
+@pytest.mark.stat
 def test_hf_schedule_local_matches_sampled_texts_and_its_cap_saturates():
     free = long_run.hf_schedule_speedup(CH.P, CH.Q, c_d=C_D, c_v=C_V, k_max=64)
     assert free.speedup == pytest.approx(long_run.hf_schedule_speedup(CH.P, CH.Q, c_d=C_D, c_v=C_V, k_max=32).speedup,

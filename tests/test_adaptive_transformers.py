@@ -92,6 +92,7 @@ def test_the_threshold_settles_at_a_fixed_point():
     assert settled.result.speedup == pytest.approx(frozen.speedup, abs=1e-12)
 
 
+@pytest.mark.stat
 def test_a_sampled_text_retunes_to_the_settled_threshold():
     settled = sd.settled_threshold(CH.P, CH.Q, c_d=C_D, c_v=C_V)
     frozen = long_run.confidence_speedup(CH.P, CH.Q, c_d=C_D, c_v=C_V, confidence=0.4, k=20)

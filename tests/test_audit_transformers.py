@@ -40,6 +40,7 @@ def pair():
     return hf.audit_pair()
 
 
+@pytest.mark.stat
 def test_speculative_sampling_passes_the_kit():
     report = check_verifier(_speculative_sampling, convention="transformers",
                             subject="transformers _speculative_sampling")
@@ -52,6 +53,7 @@ def assisted_samples(pair):
     return hf.sampled_law(target, N_SAMPLES, torch.Generator().manual_seed(0), assistant_model=draft)
 
 
+@pytest.mark.stat
 def test_assisted_sampling_matches_the_target_law(pair, assisted_samples):
     target, draft = pair
     p, q = hf.exact_law(target), hf.exact_law(draft)
@@ -61,6 +63,7 @@ def test_assisted_sampling_matches_the_target_law(pair, assisted_samples):
     assert sd.total_variation(p, q) > 2 * bound and sd.total_variation(assisted_samples, q) > bound
 
 
+@pytest.mark.heavy
 def test_sampling_leaves_the_global_generator_alone(pair):
     state = torch.get_rng_state()
     a = hf.sampled_law(pair[0], 20, torch.Generator().manual_seed(3))
@@ -68,6 +71,7 @@ def test_sampling_leaves_the_global_generator_alone(pair):
     assert torch.equal(a, hf.sampled_law(pair[0], 20, torch.Generator().manual_seed(3)))  # seeded: the same draws
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("how", ["prompt_lookup", "assistant"])
 def test_greedy_speculation_equals_plain_greedy(pair, how):
     target, draft = pair
@@ -75,12 +79,14 @@ def test_greedy_speculation_equals_plain_greedy(pair, how):
     assert hf.greedy_mismatches(target, hf.greedy_prompts(), **extra) == []
 
 
+@pytest.mark.heavy
 def test_greedy_mismatches_sees_a_changed_decoder(pair):
     # negative control: a decoder that is not plain greedy (a repetition penalty) differs on some prompts, and the
     # helper names them
     assert hf.greedy_mismatches(pair[0], hf.greedy_prompts(), repetition_penalty=5.0) != []
 
 
+@pytest.mark.heavy
 def test_helpers_validate_input():
     with pytest.raises(ValueError, match="layers must be >= 1"):
         hf.tiny_llama(0, layers=0)

@@ -95,6 +95,7 @@ def test_final_lines_by_hand():
     assert got["bk"] == ", ".join(f"B={B}: k={b.k}" for B, b in zip([1, 8], batch.best))
 
 
+@pytest.mark.heavy
 def test_make_measure_ends_with_the_five_lines(capsys):
     """A tiny run of the real script (every draft, 1 prompt, 4 tokens): its last five lines parse."""
     assert bench.main(["--repeats", "1", "--prompts", "1", "--n-new", "4", "--ks", "1,2", "--batches", "1,2",

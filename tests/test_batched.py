@@ -19,6 +19,7 @@ def decode(mode="correct", k=4, n=N, seed=0, horizon=CH.horizon, **kw):
                            Q_bad=CH.Q_bad, **kw)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_correct_decoder_is_exact(k):
     s = decode(k=k)
@@ -26,14 +27,17 @@ def test_correct_decoder_is_exact(k):
     assert sequence_tv(s, EXACT) < BOUND
 
 
+@pytest.mark.stat
 def test_bad_draft_is_still_exact():
     assert sequence_tv(decode("bad_draft"), EXACT) < BOUND
 
 
+@pytest.mark.stat
 def test_k_zero_is_plain_decoding():
     assert sequence_tv(decode(k=0), EXACT) < BOUND
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode, post_tv", [("mismatched_q", 0.2782), ("phantom_history", 0.0455),
                                            ("off_by_one", 0.8975)])
 def test_broken_decoders_are_caught(mode, post_tv):
@@ -53,6 +57,7 @@ def always_accept(P, R):
     return torch.ones(P.shape[0], P.shape[0], P.shape[0], dtype=torch.float64)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("name, wrong", [("residual_table", p_on_reject), ("accept_table", always_accept)])
 def test_wrong_verifier_fails_the_same_test(monkeypatch, name, wrong):
     monkeypatch.setattr(D, name, wrong)
@@ -73,6 +78,7 @@ def test_greedy_speculative_equals_plain_greedy():
     assert not (decode("off_by_one", n=64, horizon=6, temperature=0.0) == torch.tensor(path)).all()
 
 
+@pytest.mark.stat
 def test_policy_is_applied_to_target_and_draft():
     # under top-k = 2 the decoder samples the top-2-truncated target chain exactly
     from specdec_lib.policy import policy_table

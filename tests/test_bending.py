@@ -52,6 +52,7 @@ def test_bending_entries_are_registered_with_exactness_and_sources():
     assert MODES["coin_peeking"].origin == "the course"
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mode", BENDING)
 @pytest.mark.parametrize("k, horizon", [(2, 3), (4, 3), (1, 5)])
 def test_exactness_is_what_the_registry_says(mode, k, horizon):
@@ -63,18 +64,21 @@ def test_exactness_is_what_the_registry_says(mode, k, horizon):
         assert distance > 2 * tv_bound(want, N)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode", BENDING)
 def test_sampler_agrees_with_its_own_exact_law(mode):
     exact = law(mode)
     assert sd.sequence_tv(samples(mode), exact) < tv_bound(exact, N)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode, other", [("coin_peeking", "correct"), ("typical_acceptance", "correct"),
                                          ("confidence_stop", "typical_acceptance")])
 def test_negative_control_samples_miss_another_law(mode, other):
     assert sd.sequence_tv(samples(mode), law(other)) > tv_bound(law(other), N)
 
 
+@pytest.mark.stat
 def test_schedule_trajectory_sampler_and_exact_engine_agree_where_k_changes():
     # start at k = 1 over 6 tokens: k moves 1 -> 3 -> 2 ... inside one sequence, so a frozen k would show
     n, h = 50_000, 6
@@ -93,17 +97,20 @@ def test_schedule_trajectory_sampler_and_exact_engine_agree_where_k_changes():
     assert abs(frozen - rounds) > 2 * noise
 
 
+@pytest.mark.heavy
 def test_schedule_with_one_k_is_the_fixed_decoder():
     pinned = law("hf_schedule", k=3, horizon=5, options={"k_min": 3, "k_max": 3})
     assert torch.equal(pinned, law("correct", k=3, horizon=5)) or tv(pinned, law("correct", k=3, horizon=5)) < 1e-15
 
 
+@pytest.mark.heavy
 def test_coin_peeking_is_target_on_reject_in_disguise():
     # stopping before a proposal that would fail, then drawing from p, is rejecting it and drawing from p
     for k in (1, 2, 4):
         assert (law("coin_peeking", k=k) - law("target_on_reject", k=k)).abs().max().item() < 1e-12
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mode", [m.name for m in failure_modes()])
 def test_bent_reference_is_the_reference_on_every_field_guide_decoder(mode):
     # decode_one (the decoder notebook 02 prints) and decode_one_bent read the same uniforms the same way
@@ -156,6 +163,7 @@ def test_typical_sweep_trades_tv_for_tokens():
     assert points[2].tv == pytest.approx(default.tv, abs=1e-15)  # 0.09 is the default
 
 
+@pytest.mark.stat
 def test_typical_sweep_sampled_tokens_per_call():
     # the exact E[N] against a log of sampled rounds: rounds per sequence lie in [1, 3], sd <= 1 each
     n = 50_000
@@ -215,6 +223,7 @@ def test_ngram_batch_equals_the_list_version():
             assert props[:count[i], i].tolist() == want
 
 
+@pytest.mark.heavy
 def test_lookup_is_nearly_free_and_never_slower_at_c_v_one():
     rows = lookup.lookup_vs_model(CH.P, CH.Q, start=0, horizon=5, k=4, c_d_model=0.15, c_v=1.0)
     ngram, model = rows
@@ -237,6 +246,7 @@ def test_decoder_stats_validation_and_kl():
 K_MAX = 5  # 5^6 paths: fast; the notebook uses 8
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode, k, rule", [("correct", 3, None), ("hf_schedule", 1, "hf"),
                                            ("confidence_stop", 5, "confidence")])
 def test_long_run_tokens_per_round_match_a_long_sampled_text(mode, k, rule):

@@ -45,6 +45,7 @@ def test_exact_distribution_horizon_one_and_other_start():
 N = 200_000
 
 
+@pytest.mark.stat
 def test_direct_sample_is_exact_and_draft_is_not():
     exact = C.exact_sequence_distribution(CH.P, 0, 3)
     g = torch.Generator().manual_seed(0)

@@ -53,6 +53,7 @@ def test_every_bug_is_far_enough_off_to_be_caught(kv):
     assert worst >= 0.19 > power(battery()[0], n=None, cases=8).detectable
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("kv", BUGS, ids=lambda kv: kv.name)
 def test_every_bug_fails_the_kit_and_is_named(kv):
     report = check_verifier(kv.verify, convention="batched", subject=kv.name)
@@ -61,6 +62,7 @@ def test_every_bug_fails_the_kit_and_is_named(kv):
     assert "FAILED" in str(report) and kv.name in str(report)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("kv", known_verifiers(), ids=lambda kv: kv.name)
 def test_each_sampler_lands_on_its_own_exact_law(kv):
     # the samplers and block_law are independent code: each sampler's completed law is within the noise bound of
@@ -79,6 +81,7 @@ def test_each_sampler_lands_on_its_own_exact_law(kv):
         assert sd.total_variation(complete(counts, case.p_rows), exact) <= sd.tv_noise_bound(exact, n)
 
 
+@pytest.mark.stat
 def test_verify_block_passes_and_the_report_reads():
     report = assert_conformant(sd.verify_block)  # the per-block convention, block by block (about 7 s)
     text = str(report)
@@ -93,16 +96,19 @@ def test_a_fixed_n_promises_no_power():
     assert "none promised" in text and "0.15 TV off is caught" not in text
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("kv", EXACT, ids=lambda kv: kv.name)
 def test_exact_rules_pass(kv):
     assert check_verifier(kv.verify, convention="batched").passed
 
 
+@pytest.mark.stat
 def test_assert_conformant_raises_with_the_report():
     with pytest.raises(AssertionError, match="looks like softmax_residual|Looks like softmax_residual"):
         assert_conformant(BUGS[0].verify, convention="batched")
 
 
+@pytest.mark.stat
 def test_false_failure_rate_over_seeds_stays_within_the_stated_bound():
     # delta = 0.2 per report: under a rate of 0.2, failures in S = 60 seeds are Binomial(60, 0.2) (mean 12, sd 3.1);
     # more than 12 + 3.3 sd = 22 has probability < 1e-3, so a kit whose real rate exceeded 0.35 would be caught.
@@ -117,6 +123,7 @@ def test_false_failure_rate_over_seeds_stays_within_the_stated_bound():
     assert floor_failures > S * delta + 3.3 * math.sqrt(S * delta * (1 - delta))
 
 
+@pytest.mark.stat
 def test_conventions_agree_on_a_correct_verifier():
     def by_logits(p_logits, q_logits, proposals, generator):
         return sd.verify_block(p_logits.softmax(-1), q_logits.softmax(-1), proposals, generator)
@@ -129,6 +136,7 @@ def test_conventions_agree_on_a_correct_verifier():
         assert check_verifier(fn, convention=convention, n=300, delta=1e-3).passed
 
 
+@pytest.mark.stat
 def test_transformers_convention_with_a_bug_fails():
     verify = BUGS[0].verify
 
@@ -142,6 +150,7 @@ def test_transformers_convention_with_a_bug_fails():
     assert not report.passed and report.diagnosis.startswith("softmax_residual")
 
 
+@pytest.mark.heavy
 def test_contract_violations_fail_even_when_the_law_is_right():
     def lies_about_accepted(p, q, y, g):
         v = sd.verify_block(p, q, y, g)
@@ -178,6 +187,7 @@ def _drafter(mode):
     return draft
 
 
+@pytest.mark.stat
 def test_check_drafter_passes_an_honest_drafter_and_fails_the_two_q_bugs():
     assert check_drafter(_drafter("honest")).passed
     for mode in ("greedy", "top2"):
@@ -185,6 +195,7 @@ def test_check_drafter_passes_an_honest_drafter_and_fails_the_two_q_bugs():
         assert not report.passed and "FAILED" in str(report)
 
 
+@pytest.mark.heavy
 def test_cli_exit_codes(tmp_path, capsys):
     mod = tmp_path / "user_verifiers.py"
     mod.write_text("from specdec_lib.conformance import known_verifiers\n"
@@ -201,6 +212,7 @@ def test_cli_exit_codes(tmp_path, capsys):
         sys.path.remove(str(tmp_path))
 
 
+@pytest.mark.heavy
 def test_python_dash_m_runs():
     out = subprocess.run([sys.executable, "-m", "specdec_lib.conformance", "specdec_lib:verify_blocks",
                           "--convention", "batched"], capture_output=True, text=True, timeout=120)

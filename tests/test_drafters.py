@@ -142,6 +142,7 @@ def _case(g, k, V, one_hot, peaked):
     return logits, q, proposals
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("one_hot", [False, True])
 @pytest.mark.parametrize("policy", [{"temperature": 1.0, "top_k": None}, {"temperature": 0.7, "top_k": 3}])
 def test_accept_block_draws_what_verify_batch_draws(one_hot, policy):
@@ -172,3 +173,29 @@ def test_accept_block_greedy_equals_greedy_batch():
         assert (a, int(nxt)) == (int(acc[0]), int(ref[0]))
         seen.add(a)
     assert len(seen) >= 4  # rejections at several positions, and full blocks
+
+
+def test_accept_block_validation():
+    g = torch.Generator().manual_seed(0)
+    logits, q, proposals = _case(g, 2, 4, one_hot=False, peaked=False)  # (3, 4), (2, 4), (2,)
+    sampled = {"temperature": 1.0, "top_k": None, "generator": torch.Generator().manual_seed(1)}
+    cases = [  # (arguments, keywords, error, message)
+        ((logits, proposals, None), sampled, ValueError, r"q_rows \(k, V\).*is required unless temperature == 0 or "
+                                                          r"one_hot=True; got None"),
+        ((logits, proposals, q[:1]), sampled, ValueError, r"q_rows must be \(k, V\) = \(2, 4\)"),
+        ((logits, proposals, q.tolist()), sampled, TypeError, "q_rows must be a torch.Tensor, got list"),
+        ((logits, proposals[:1], q), sampled, ValueError, r"proposals must be \(k,\) with k \+ 1 = 3 rows"),
+        ((logits, proposals.double(), q), sampled, TypeError, "proposals must be an integer tensor"),
+        ((logits.tolist(), proposals, q), sampled, TypeError, "p_logits must be a torch.Tensor"),
+        ((logits[0], proposals, q), sampled, ValueError, r"p_logits must be \(k\+1, V\)"),
+        ((logits, proposals, q), {**sampled, "temperature": -1.0}, ValueError, "temperature must lie in"),
+        ((logits, proposals, q), {**sampled, "top_k": 0}, ValueError, "top_k must be >= 1"),
+        ((logits, proposals, q), {**sampled, "generator": 3}, TypeError, "generator must be a torch.Generator"),
+    ]
+    for args, kwargs, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            accept_block(*args, **kwargs)
+    # q_rows=None stays valid where q is never read: greedy, and one-hot drafts (the residual is p minus x)
+    accept_block(logits, proposals, None, temperature=0.0, top_k=None, generator=None)
+    accept_block(logits, proposals, None, one_hot=True, **sampled)
+    assert accept_block(logits[:1], proposals[:0], q[:0], **sampled)[0] == 0  # k = 0: the bonus token alone

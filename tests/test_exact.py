@@ -13,6 +13,7 @@ def tv(a, b):
     return 0.5 * (a - b).abs().sum().item()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("horizon", [1, 2, 3, 4])
 @pytest.mark.parametrize("k", [0, 1, 2, 3, 4, 5, 6, 7, 8])
 def test_exact_modes_equal_target(horizon, k):
@@ -72,6 +73,7 @@ def test_exact_engine_against_hand_enumeration(mode):
 N = 200_000
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode", list(sd.DECODER_MODES))
 def test_sampler_agrees_with_exact_engine(mode):
     exact = exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=3, k=4, mode=mode, Q_bad=CH.Q_bad)
@@ -90,6 +92,7 @@ def test_broken_modes_have_true_tv():
     assert round(tvs["off_by_one"], 3) == 0.897
 
 
+@pytest.mark.stat
 def test_negative_control_a_sampler_with_another_mode_fails():
     exact = exact_decoder_distribution(CH.P, CH.Q, start=0, horizon=3, k=4, mode="phantom_history")
     g = torch.Generator().manual_seed(22)

@@ -53,6 +53,7 @@ def test_every_notebook_that_teaches_a_skill_has_checked_exercises():
             assert checker in ex.__all__
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("notebook", sorted(SOLUTIONS))
 def test_solution_cells_pass_their_checkers(notebook, capsys):
     ns, checks = SOLUTIONS[notebook]
@@ -195,6 +196,7 @@ def make_verifier(*, fix="residual", bonus_offset=0, keep_rejected=False, determ
     return verify
 
 
+@pytest.mark.heavy
 def test_verify_block_diagnoses():
     failing(ex.check_verify_block, make_verifier(fix="target"), "Drawing from p_1 instead of the residual")
     failing(ex.check_verify_block, make_verifier(bonus_offset=1), "bonus after a full block comes from row 2",
@@ -208,6 +210,7 @@ def test_verify_block_diagnoses():
     failing(ex.check_verify_block, lambda p, q, y, g: [0, [0]], "must return a pair")
 
 
+@pytest.mark.heavy
 def test_smallest_catching_m_diagnoses():
     ref = NS["smallest_catching_m"]
 
@@ -318,6 +321,7 @@ def test_solution_namespace_values_match_the_markdown():
     assert NS["best_k"](0.5, 0.15, lambda k: 1 + 0.5 * k, k_max=32) == 0
 
 
+@pytest.mark.heavy
 def test_find_bug_diagnoses():
     def nearest(order=lambda laws: list(laws), pick=min, exact=False):
         def fn(freqs, laws):
@@ -336,6 +340,7 @@ def test_find_bug_diagnoses():
     failing(ex.check_find_bug, lambda freqs, laws: "bug", "return one of the names in laws")
 
 
+@pytest.mark.heavy
 def test_find_bug_cases_are_separable():
     # every case's own law is its unique nearest registered law, up to the group of laws equal to the target's
     from specdec_lib.exercises import field_guide as fg

@@ -10,6 +10,7 @@ from specdec_lib.exercises import bending_the_rules as bend
 NS = solutions("07_bending_the_rules.ipynb")
 
 
+@pytest.mark.heavy
 def test_the_solutions_pass(capsys):
     for checker, fn in ((ex.check_is_exact, NS["is_exact"]), (ex.check_best_setting, NS["best_setting"])):
         assert checker(fn).ok  # verbose and raising, as the check cell runs it
@@ -17,6 +18,7 @@ def test_the_solutions_pass(capsys):
     assert {"check_is_exact", "check_best_setting"} <= set(ex.__all__)
 
 
+@pytest.mark.heavy
 def test_the_cases_have_the_answers_the_notebook_states():
     verdicts = [bend._verdict(pair, mode, tuple(sorted((o or {}).items())))[0] for pair, mode, o, _ in bend.EXACT_CASES]
     assert verdicts == [True, True, True, False, False, False, True, False, True, False]
@@ -50,6 +52,7 @@ def test_the_verdict_machinery_is_right_when_no_knob_is_turned():
     assert ex.check_is_exact(verdict(), raise_on_failure=False, verbose=False).ok  # negative control
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("variant, needles", [
     (dict(settings=((4, 3),)), ["is not exact", "argmax bonus after a full block", "k + 1 <= horizon"]),
     (dict(target="Q"), ["hf_schedule on the reference chain is exact", "the target's chain, not the draft's"]),
@@ -96,10 +99,12 @@ def search(*, exact=True, budget="within", pick="tokens", ties="smaller"):
     return best_setting
 
 
+@pytest.mark.heavy
 def test_the_search_machinery_is_right_when_no_knob_is_turned():
     assert ex.check_best_setting(search(), raise_on_failure=False, verbose=False).ok  # negative control
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("variant, needle", [
     (dict(exact=False), "the exact decoder (mode 'correct', TV 0) is a candidate too"),
     (dict(budget="none"), "the budget was not applied"),
@@ -111,6 +116,7 @@ def test_best_setting_mistakes_are_named(variant, needle):
     failing(ex.check_best_setting, search(**variant), needle)
 
 
+@pytest.mark.heavy
 def test_best_setting_structure():
     failing(ex.check_best_setting, lambda P, Q, **kw: "0.02", "must return an epsilon (a float) or None, got str")
     failing(ex.check_best_setting, lambda P, Q, **kw: 0.5, "answer one of the epsilons you were given, or None")

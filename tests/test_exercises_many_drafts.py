@@ -9,6 +9,7 @@ from specdec_lib import exercises as ex
 NS = solutions("06_many_drafts_and_trees.ipynb")
 
 
+@pytest.mark.heavy
 def test_the_solutions_pass(capsys):
     for checker, fn in ((ex.check_rrs_step, NS["rrs_step"]), (ex.check_best_widths, NS["best_widths"])):
         assert checker(fn).ok  # verbose and raising, as the check cell runs it
@@ -42,11 +43,13 @@ def rrs_variant(*, ratio="q_i", residual="q_i", final="last", rng=True, kind=int
     return step
 
 
+@pytest.mark.heavy
 def test_the_variant_machinery_is_rrs_when_no_knob_is_turned():
     # negative control for the tests below: with every knob at rrs, the variant passes
     assert ex.check_rrs_step(rrs_variant(), raise_on_failure=False, verbose=False).ok
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("variant, needles", [
     (dict(ratio="q", residual="q"), ["original q", "SafeAILab/EAGLE #74"]),
     (dict(residual="q_next"), ["removed from q_i before the residual"]),
@@ -97,10 +100,12 @@ def search(*, nodes=sd.tree_nodes, cost=None, numerator=lambda e: e, paths_only=
     return best_widths
 
 
+@pytest.mark.heavy
 def test_the_search_machinery_is_right_when_no_knob_is_turned():
     assert ex.check_best_widths(search(), raise_on_failure=False, verbose=False).ok  # negative control
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("variant, needle", [
     (dict(nodes=sum), "counted sum(widths)"),
     (dict(cost=lambda w, c_d, c_v: len(w) * c_d + c_v(len(w))), "c_v evaluated at the depth"),
@@ -113,6 +118,7 @@ def test_best_widths_mistakes_are_named(variant, needle):
     failing(ex.check_best_widths, search(**variant), needle)
 
 
+@pytest.mark.heavy
 def test_best_widths_structure():
     failing(ex.check_best_widths, lambda P, Q, **kw: 3, "must return a non-empty tuple of ints")
     failing(ex.check_best_widths, lambda P, Q, **kw: (), "must return a non-empty tuple of ints")

@@ -28,6 +28,7 @@ def test_course_order_comes_first():
     assert len(NOTEBOOKS) >= 6  # the negative control of the test above: it must have notebooks to check
 
 
+@pytest.mark.heavy
 def test_write_figures_writes_the_whole_registry(tmp_path, monkeypatch):
     saved = []
 

@@ -83,6 +83,7 @@ def test_rollback_then_refeed_equals_fresh_pass(pair, prompts):
     torch.testing.assert_close(again, fresh[:, 10:], rtol=0, atol=1e-4)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("k", range(1, 9))
 def test_speculative_greedy_equals_plain_greedy(pair, prompts, k):
     target, draft = pair
@@ -95,6 +96,7 @@ def test_speculative_greedy_equals_plain_greedy(pair, prompts, k):
         assert summary.tokens == 24 and summary.draft_time > 0 and summary.verify_time > 0
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["draft_deep", "table", "lookup"])
 @pytest.mark.parametrize("k", [1, 2, 5, 8])
 def test_every_drafter_greedy_equals_plain_greedy(pair, prompts, drafters, name, k):
@@ -190,6 +192,7 @@ def _empirical(target, draft, policy, n=N, seed=0):
     return torch.bincount(torch.tensor(codes), minlength=V ** HORIZON).double() / n  # (V^h,)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("kind", ["neural", "table", "lookup"])
 @pytest.mark.parametrize("policy", [{"temperature": 1.0}, {"temperature": 0.8, "top_k": 2}])
 def test_speculative_samples_the_exact_target_distribution(tiny, policy, kind):
@@ -200,6 +203,7 @@ def test_speculative_samples_the_exact_target_distribution(tiny, policy, kind):
     assert tv < sd.tv_noise_bound(exact, N), tv
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("kind", ["neural", "table"])
 @pytest.mark.parametrize("broken", [OffByOne, NoRollback])
 def test_negative_controls_fail_the_same_test(tiny, broken, kind):

@@ -66,6 +66,7 @@ def package_imports(path: Path, root: Path = PKG) -> list[tuple[str, list[str]]]
     return out
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
 def test_imports_only_go_down(path):
     me = layer(module_name(path))

@@ -29,6 +29,7 @@ def test_the_one_line_law_sees_the_resample_and_the_bonus():
     assert sd.total_variation(law, sd.typical_law(CH.P, CH.Q, start=0, horizon=3, k=3)) > 0.01
 
 
+@pytest.mark.heavy
 def test_breakpoints_are_where_the_law_changes():
     grid = [round(0.0025 * i, 4) for i in range(121)]  # epsilon 0 .. 0.30
     for delta in (0.3, 1.0):
@@ -40,6 +41,7 @@ def test_breakpoints_are_where_the_law_changes():
     assert max(sd.typical_breakpoints(CH.P, delta=0.3)) == pytest.approx(0.0635, abs=1e-4)  # flat from there on
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("epsilon", [0.0, 0.001, 0.0013, 0.0014, 0.002, 0.01, 0.09])
 @pytest.mark.parametrize("delta", [0.0, 0.0005, 0.3])
 def test_cutting_nothing_is_the_exact_condition_for_a_perfect_draft(epsilon, delta):

@@ -37,6 +37,7 @@ def test_table_arithmetic_by_hand():
     assert "(0.800-1.200)" in text and "over 1 repeats of 2" in text and "conditional acceptance" in text
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("policy", [{"temperature": 0.0}, {"temperature": 1.0}, {"temperature": 0.7, "top_k": 3}])
 def test_measure_speedup_is_consistent_with_its_own_terms(tiny, policy):
     target, draft = tiny
@@ -53,6 +54,7 @@ def test_measure_speedup_is_consistent_with_its_own_terms(tiny, policy):
     assert len(t.alpha) == ks[-1] and all(a is None or 0 <= a <= 1 for a in t.alpha)
 
 
+@pytest.mark.heavy
 def test_on_pair_is_called_once_per_pair(tiny):
     target, draft = tiny
     calls = []
@@ -141,6 +143,7 @@ def test_time_catch_up(tiny):
         time_catch_up(draft, torch.tensor([1, 2, 3]), 0)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", ["table", "lookup"])
 def test_measure_speedup_takes_any_drafter(tiny, kind):
     target, _ = tiny

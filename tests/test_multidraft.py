@@ -80,6 +80,7 @@ def test_registry():
         Walk("sorted")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", list(SUITE))
 @pytest.mark.parametrize("rule", list(RULES))
 def test_every_law_is_a_distribution(rule, case):
@@ -89,6 +90,7 @@ def test_every_law_is_a_distribution(rule, case):
         assert abs(law.sum().item() - 1) < 1e-12 and 0 <= accept <= 1 + 1e-12
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", list(SUITE))
 @pytest.mark.parametrize("rule", EXACT)
 def test_exact_rules_emit_p(rule, case):
@@ -130,6 +132,7 @@ def test_three_wrong_rules_are_exact_at_one_draft():
     assert tv_from_p("rrs_residual_next_q", "post pair", 1) > 1e-3
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("rule", WRONG)
 def test_sampling_catches_each_wrong_rule(rule):
     # tv_bound(p, N): an exact sampler's N samples exceed it with probability < delta = 1e-6 (Jensen for the mean,
@@ -144,6 +147,7 @@ def test_sampling_catches_each_wrong_rule(rule):
     assert sd.total_variation(sampled(TWIN[rule], case, n), p) < tv_bound(p, N)  # negative control
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("case, n", AGREE)
 @pytest.mark.parametrize("rule", list(RULES))
 def test_sampler_agrees_with_exact_law(rule, case, n):

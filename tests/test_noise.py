@@ -6,6 +6,7 @@ import specdec_lib as sd
 from specdec_lib.noise import rate_noise, tv_noise_bound, tv_noise_mean
 
 
+@pytest.mark.stat
 def test_bound_holds_for_exact_samples_and_mean_bound_holds_on_average():
     p = torch.tensor([0.5, 0.2, 0.2, 0.05, 0.05], dtype=torch.float64)
     g = torch.Generator().manual_seed(0)
@@ -19,6 +20,7 @@ def test_bound_holds_for_exact_samples_and_mean_bound_holds_on_average():
         assert tvs.mean().item() < tv_noise_mean(p, n) + 5 / (2 * (runs * n) ** 0.5)
 
 
+@pytest.mark.stat
 def test_bound_catches_a_small_bias_at_large_n_only():
     # negative control: a sampler off by TV 0.02 passes at n = 1,000 but fails at n = 200,000
     p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
@@ -41,3 +43,16 @@ def test_scaling_and_validation():
         tv_noise_bound(p * 2, 10)
     with pytest.raises(ValueError, match="rate must lie in"):
         rate_noise(1.5, 10)
+
+
+def test_mean_bound_validation():
+    p = torch.full((4,), 0.25)
+    assert tv_noise_mean(p, 100) == pytest.approx(0.5 * 4 * (0.25 * 0.75 / 100) ** 0.5)  # valid input: unchanged
+    with pytest.raises(ValueError, match="n must be >= 1, got 0"):
+        tv_noise_mean(p, 0)  # used to return inf
+    with pytest.raises(TypeError, match="n must be an integer"):
+        tv_noise_mean(p, 10.0)
+    with pytest.raises(ValueError, match="exact must sum to 1"):
+        tv_noise_mean(p * 2, 10)
+    with pytest.raises(TypeError, match="exact must be a torch.Tensor"):
+        tv_noise_mean([0.5, 0.5], 10)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from specdec_lib.policy import apply_policy, greedy_token
+from specdec_lib.policy import apply_policy, greedy_token, policy_table
 from specdec_lib.sampling import overlap
 
 PAIRS = {
@@ -103,3 +103,33 @@ def test_logits_validation():
         apply_policy(torch.tensor([float("-inf"), float("-inf")]))
     with pytest.raises(TypeError, match="logits must be a torch.Tensor"):
         apply_policy([1.0, 2.0])
+
+
+def test_greedy_token_validation():
+    with pytest.raises(TypeError, match="p_rows must be a torch.Tensor, got list"):
+        greedy_token([1, 2])
+    with pytest.raises(TypeError, match="p_rows must be a floating-point tensor"):
+        greedy_token(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="p_rows must have a non-empty last axis"):
+        greedy_token(torch.zeros(3, 0))
+    with pytest.raises(ValueError, match="p_rows must not contain NaN"):
+        greedy_token(torch.tensor([0.5, float("nan")]))
+    assert torch.equal(greedy_token(torch.tensor([0.2, 0.5, 0.3])), torch.tensor(1))  # valid input: unchanged
+    assert greedy_token(torch.tensor([float("-inf"), 0.0])).item() == 1  # logits with a banned token still work
+
+
+def test_policy_table_rejects_rows_that_are_not_distributions():
+    good = torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
+    assert policy_table(good) is good  # the default policy still returns the table itself
+    assert torch.equal(policy_table(good, temperature=0.5), apply_policy(good.double().log(), temperature=0.5))
+    assert policy_table(good + torch.tensor([5e-5, 0.0, 0.0])) is not None  # inside SUM_TOL = 1e-4: accepted
+    bad = torch.tensor([[0.6, 0.6], [0.5, 0.5]])  # row 0 sums to 1.2
+    for policy in ({}, {"temperature": 0.5}, {"top_k": 1}):
+        with pytest.raises(ValueError, match=r"table must sum to 1 along its last axis \(within 0.0001\); off by 0.2"):
+            policy_table(bad, **policy)
+    with pytest.raises(ValueError, match="table must sum to 1"):
+        policy_table(good + torch.tensor([2e-4, 0.0, 0.0]))  # just outside SUM_TOL
+    with pytest.raises(ValueError, match="table must be non-negative"):
+        policy_table(torch.tensor([[1.2, -0.2]]))
+    with pytest.raises(TypeError, match="table must be a torch.Tensor, got list"):
+        policy_table([[0.5, 0.5]])

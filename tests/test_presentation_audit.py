@@ -17,6 +17,7 @@ def reports():
             check_verifier(bug.verify, convention="batched", subject="bad"))
 
 
+@pytest.mark.heavy
 def test_report_bars_are_the_measured_tvs_coloured_by_verdict(reports):
     good, bad = reports
     fig = views.plot_report(good, bad)
@@ -44,6 +45,7 @@ def test_catch_probability_is_the_kits_promise_at_epsilon():
     assert views.catch_probability(0.2, epsilon=0.3) < views.catch_probability(0.2) <= 1
 
 
+@pytest.mark.heavy
 def test_every_bug_sits_above_the_promise():
     worst = views.worst_cases()
     assert set(worst) == {kv.name for kv in known_verifiers() if not kv.exact}
@@ -52,6 +54,7 @@ def test_every_bug_sits_above_the_promise():
     assert max(views.bug_tvs(c)["correct"] for c in views.CASES) < 1e-12  # the correct rule: exact on every case
 
 
+@pytest.mark.heavy
 def test_power_figure_draws_every_case_and_bug():
     ax = views.plot_power().axes[0]
     curves = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 2]
@@ -64,6 +67,7 @@ def _image(out) -> str:
     return base64.b64decode(out.outputs[0]["data"]["image/png"]).decode()
 
 
+@pytest.mark.heavy
 def test_power_explorer_each_control_redraws(fast_png):
     box = views.power_explorer()
     (epsilon, beta), out = box.children[0].children, box.children[-1]
@@ -78,6 +82,7 @@ def test_power_explorer_each_control_redraws(fast_png):
     assert n_all < 20888 / 3  # epsilon doubled: about a quarter of the blocks (n scales as 1 / epsilon^2)
 
 
+@pytest.mark.heavy
 def test_bad_input_raises(reports):
     with pytest.raises(ValueError, match="case must be one of 'post_pair'"):
         views.catch_probability(0.2, case="nope")
@@ -90,6 +95,7 @@ def test_bad_input_raises(reports):
     assert not math.isnan(views.catch_probability(0.0))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", sorted(views.FIGURES))
 def test_figures_build(name):
     assert name.startswith("audit_") and isinstance(views.FIGURES[name](), Figure)

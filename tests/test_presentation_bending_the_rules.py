@@ -30,6 +30,7 @@ def test_bending_stats_are_the_exact_engines():
     assert views.exact_tokens() == pytest.approx(stats["correct"].tokens_per_call)
 
 
+@pytest.mark.heavy
 def test_pareto_plots_every_delta_against_the_gain():
     fig = views.plot_pareto()
     tv_ax, kl_ax = fig.axes
@@ -52,6 +53,7 @@ def test_pareto_plots_every_delta_against_the_gain():
         views.plot_pareto(deltas=(2.0,))
 
 
+@pytest.mark.heavy
 def test_typical_view_stars_the_setting_and_draws_each_threshold():
     fig, text = views.plot_typical_view(epsilon=0.09, delta=0.3)
     left, right = fig.axes
@@ -110,6 +112,7 @@ def test_policy_results_and_view():
         views.plot_policy_view(k=6, k_max=K_MAX)
 
 
+@pytest.mark.heavy
 def test_policy_explorer_every_control_redraws(fast_png):
     box = views.policy_explorer(k_max=K_MAX)
     (policy, k), (c_d, confidence) = box.children[0].children, box.children[1].children
@@ -126,6 +129,7 @@ def test_policy_explorer_every_control_redraws(fast_png):
     assert "m̄ = 0.000" in text() and "S = 1.000" in text()
 
 
+@pytest.mark.heavy
 def test_lookup_rows_and_break_even():
     lookup, model = views.lookup_rows()
     assert (lookup.name, model.name) == ("ngram_lookup", "model draft") and lookup.c_d == 0.0
@@ -152,6 +156,7 @@ def test_lab_drafts_are_the_recorded_tables():
         views.lab_drafts(("prompt",))
 
 
+@pytest.mark.heavy
 def test_figures_are_registered_and_build():
     assert set(views.FIGURES) == {"act5b_pareto", "act5b_typical_view", "act5b_policies", "act5b_lookup"}
     assert all(isinstance(build(), Figure) for build in views.FIGURES.values())

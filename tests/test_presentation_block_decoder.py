@@ -35,6 +35,7 @@ def test_plot_decoder_tv_length_mismatch():
         views.plot_decoder_tv(labels=["a"], tvs=[0.1, 0.2], threshold=0.01)
 
 
+@pytest.mark.heavy
 def test_plot_sequence_distributions(exact):
     emp = sd.empirical_sequences(views.sample_sequences("correct", n=N_SMALL), 5)
     fig = views.plot_sequence_distributions(exact=exact, empirical_by_label={"correct": emp, "exact copy": exact})
@@ -66,6 +67,7 @@ def test_decoder_explorer_updates_output(fast_png):
     assert out.outputs != before
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", sorted(views.FIGURES))
 def test_figures_build(name, monkeypatch):
     monkeypatch.setattr(views, "N", N_SMALL)  # keep the default-path runs cheap
@@ -91,6 +93,7 @@ def test_tv_convergence_lines_and_exact_markers():
 
 # ---- detectability ----------------------------------------------------------------------------------------
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("k", [3, 4, 5, 6])
 def test_bonus_from_draft_blind_spot_past_the_horizon(k):
     # k + 1 > horizon 3: a full block's bonus is token k + 1 or later, so it never enters the law the test sees
@@ -103,6 +106,7 @@ def test_bonus_from_draft_blind_spot_past_the_horizon(k):
     assert not [line for line in ax.get_lines() if line.get_linestyle() == "--"]  # no exact-TV line at zero
 
 
+@pytest.mark.stat
 def test_bonus_from_draft_is_visible_when_the_bonus_lands_inside():
     # negative control of the blind spot: at k = 2 the bonus is token 3, inside the horizon
     d = views.detectability(mode="bonus_from_draft", k=2, M=200_000)
@@ -115,6 +119,7 @@ def test_bonus_from_draft_is_visible_when_the_bonus_lands_inside():
     assert ax.get_title().endswith("caught at M = 200,000")
 
 
+@pytest.mark.stat
 def test_phantom_history_missed_at_small_m_caught_at_large_m():
     # Thresholds come from M: tv_noise_bound(target, M). At M = 1,000 the bound is above the bug's exact TV, so
     # only noise could flag it; at M = 200,000 the exact TV is over twice the bound, so the measured TV (exact TV
@@ -172,6 +177,7 @@ def test_detectability_explorer_rejects_an_m_off_the_slider():
         views.detectability_explorer(M=1_234)
 
 
+@pytest.mark.heavy
 def test_detectability_explorer_each_control_redraws(fast_png):
     box = views.detectability_explorer()
     (mode,), (k, M), out = box.children[0].children, box.children[1].children, box.children[2]

@@ -158,6 +158,7 @@ TODAY = [  # what the explorer printed before O and b existed, for the same slid
 ]
 
 
+@pytest.mark.heavy
 def test_explorer_at_zero_overhead_and_slope_reports_as_before(fast_png):
     sliders, out = _controls(views.cost_explorer())
     assert sliders["b"].value == 0 and sliders["overhead"].value == 0
@@ -187,6 +188,7 @@ def _batch(slopes, best_ks):
                      best=[sd.BestK(k=k, speedup=1.0 + 0.1 * k, speedups=[1.0]) for k in best_ks], alpha=0.6, c_d=0.02)
 
 
+@pytest.mark.heavy
 def test_batch_regime_draws_each_line_the_illustrative_slopes_and_best_k():
     fig = views.plot_batch_regime(_batch([0.05, 0.2, 0.4], [3, 2, 0]))
     ax, bx = fig.axes

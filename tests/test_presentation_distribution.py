@@ -69,6 +69,7 @@ def test_temperature_view_titles():
     assert "overlap 0.890" in views.plot_pair_at_temperature("same argmax", 2.0).axes[0].get_title()
 
 
+@pytest.mark.heavy
 def test_explorer_controls_redraw(fast_png):
     box = views.temperature_explorer()
     (choose, temperature), (top_k, top_p) = box.children[0].children, box.children[1].children
@@ -170,6 +171,7 @@ def test_beta_by_state_validates_its_arguments(kwargs, match):
         views.plot_beta_by_state(**kwargs)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", sorted(views.FIGURES))
 def test_figures_build(name):
     assert isinstance(views.FIGURES[name](), Figure)

@@ -12,6 +12,7 @@ def rows():
     return views.guide_rows()
 
 
+@pytest.mark.heavy
 def test_rows_cover_the_registry(rows):
     assert [r.name for r in rows] == [m.name for m in sd.failure_modes()]
     assert all((r.exact_tv < 1e-12) == r.exact for r in rows)
@@ -19,6 +20,7 @@ def test_rows_cover_the_registry(rows):
     assert table.splitlines()[1].startswith("correct") and "transformers #47932" in table
 
 
+@pytest.mark.heavy
 def test_guide_bars(rows):
     fig = views.plot_guide_tv(rows, threshold=0.02)
     ax = fig.axes[0]
@@ -45,6 +47,7 @@ def test_explorer_switches_bug(monkeypatch):
     assert out.outputs[1]["text"].startswith("reused_uniform")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", sorted(views.FIGURES))
 def test_figures_build(name):
     assert isinstance(views.FIGURES[name](), Figure)

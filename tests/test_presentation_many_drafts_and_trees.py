@@ -21,6 +21,7 @@ def _fingerprint(out) -> str:
     return base64.b64decode(out.outputs[0]["data"]["image/png"]).decode()
 
 
+@pytest.mark.heavy
 def test_acceptance_figure_plots_every_rule_against_beta():
     p, q = sd.post_pair()
     ax = views.plot_acceptance_vs_n(p, q).axes[0]
@@ -54,6 +55,7 @@ def test_rule_view_shows_the_exact_law_and_the_star():
     assert fig.axes[0].patches[0].get_facecolor() != left.patches[0].get_facecolor()  # red bars for a wrong rule
 
 
+@pytest.mark.heavy
 def test_multidraft_explorer_every_control_redraws(fast_png):
     box = views.multidraft_explorer()
     pair, n, rule = box.children[0].children
@@ -72,6 +74,7 @@ def test_multidraft_explorer_every_control_redraws(fast_png):
     assert "WRONG" in out.outputs[1]["text"]
 
 
+@pytest.mark.heavy
 def test_tree_bugs_figure_draws_the_registry():
     bugs = sd.tree_bugs()
     ax = views.plot_tree_bugs(bugs).axes[0]
@@ -101,6 +104,7 @@ def test_tree_view_draws_the_tree_and_states_e_n_and_s():
     assert "WRONG" in wrong and "over 3 tokens" in wrong
 
 
+@pytest.mark.heavy
 def test_tree_explorer_every_control_redraws(fast_png):
     box = views.tree_explorer()
     (w1, w2, w3), (rule, c_d) = box.children[0].children, box.children[1].children
@@ -141,6 +145,7 @@ def test_bad_input_names_the_argument():
         views.acceptance_table(*sd.post_pair(), n_max=0)
 
 
+@pytest.mark.heavy
 def test_figures_are_registered_and_build():
     assert set(views.FIGURES) == {"act5_acceptance_vs_n", "act5_acceptance_under_confident", "act5_tree_view",
                                   "act5_tree_bugs"}

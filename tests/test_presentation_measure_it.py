@@ -118,6 +118,7 @@ def test_plot_what_if_predicts_with_the_recorded_line():
             views.plot_what_if(R, **kwargs)
 
 
+@pytest.mark.heavy
 def test_what_if_explorer_starts_at_the_best_draft_and_every_slider_moves_it(fast_png):
     box = views.what_if_explorer(R)
     c_d, alpha, k = box.children[0].children
@@ -134,6 +135,7 @@ def test_what_if_explorer_starts_at_the_best_draft_and_every_slider_moves_it(fas
     assert "S(k) at k = 2" in _fingerprint(out)
 
 
+@pytest.mark.heavy
 def test_a_target_cache_that_is_not_rolled_back_breaks_greedy_equality():
     target, draft = sd.load_pair()
     prompts = sd.corpus_prompts(3, 32, seed=0)

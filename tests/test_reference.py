@@ -26,6 +26,7 @@ def test_decode_tables_is_decode_markov():
     assert torch.equal(a, batched_one_at_a_time("correct", 2, 3, seed=5))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mode", list(MODES))
 def test_batched_decoder_matches_the_reference_draw_for_draw(mode):
     # every k below, at and above the horizon; 100 sequences each reach every branch of a round many times
@@ -44,6 +45,7 @@ def test_draw_for_draw_catches_a_different_algorithm():
     assert not torch.equal(ref, batched_one_at_a_time("reused_uniform", 2, 150, seed=2))
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode", ["correct", "phantom_history", "reused_uniform", "rejected_kept",
                                   "draft_rewound_too_far", "match_acceptance", "typical_acceptance", "hf_schedule",
                                   "confidence_stop", "coin_peeking", "ngram_lookup"])
@@ -56,6 +58,7 @@ def test_reference_samples_follow_the_exact_law(mode):
     assert sd.sequence_tv(s, law) < tv_bound(law, n)
 
 
+@pytest.mark.stat
 def test_reference_law_check_has_power():
     # negative control: correct samples are far from a broken decoder's exact law at the same n
     n = 20_000

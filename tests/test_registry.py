@@ -81,6 +81,7 @@ def test_origin_is_validated():
         FailureMode("x", "d", "r", origin="public")
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode", list(MODES))
 def test_sampler_agrees_with_exact_engine(mode):
     exact = law(mode)
@@ -88,6 +89,7 @@ def test_sampler_agrees_with_exact_engine(mode):
     assert sd.sequence_tv(shared_samples(mode), exact) < tv_bound(exact, N)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode", BROKEN)
 def test_every_bug_is_caught(mode):
     want = target(mode)
@@ -96,6 +98,7 @@ def test_every_bug_is_caught(mode):
     assert sd.sequence_tv(shared_samples(mode), want) > tv_bound(want, N)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode", EXACT)
 def test_speed_only_bugs_keep_the_distribution(mode):
     want = target(mode)
@@ -103,6 +106,7 @@ def test_speed_only_bugs_keep_the_distribution(mode):
     assert sd.sequence_tv(shared_samples(mode), want) < tv_bound(want, N)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode", [m for m in EXACT if m != "correct"])
 def test_speed_only_bugs_cost_acceptance(mode):
     # tokens per round lie in [1, k + 1], so the mean of R rounds has sd <= k / (2 sqrt(R)); allow 5 sd on each
@@ -146,6 +150,7 @@ RULES = {"correct": lambda p, q: torch.minimum(p, q).sum().item(),  # the specul
          "match_acceptance": lambda p, q: (p * q).sum().item()}  # match-based acceptance: sum p q
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode, other", [("correct", "match_acceptance"), ("match_acceptance", "correct")])
 def test_acceptance_of_a_sampled_draft(mode, other):
     # one proposal, horizon 1: every round is the first, and P(A >= 1) is the acceptance rate

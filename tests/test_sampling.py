@@ -139,12 +139,14 @@ def adversarial_pairs():
     ]
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("name, p, q", adversarial_pairs(), ids=[c[0] for c in adversarial_pairs()])
 def test_correct_sampler_is_exact(name, p, q):
     tv = sampler_tv(p, q, "correct", seed=11)
     assert tv < tv_bound(p, N), f"{name}: TV {tv:.5f} above the noise bound {tv_bound(p, N):.5f}"
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("mode", ["target_on_reject", "always_accept"])
 def test_negative_controls_fail_the_same_test(mode):
     p, q = post_pair()
@@ -154,6 +156,7 @@ def test_negative_controls_fail_the_same_test(mode):
         assert tv == pytest.approx(S.total_variation(p, q), abs=tv_bound(q, N))
 
 
+@pytest.mark.stat
 def test_target_on_reject_bias_matches_theory():
     # rejecting to p gives min(p, q) + (1 - beta) p; its TV from p is the post's 0.0959
     p, q = post_pair()
@@ -164,6 +167,7 @@ def test_target_on_reject_bias_matches_theory():
                                                                          abs=tv_bound(p, N))
 
 
+@pytest.mark.stat
 def test_observed_acceptance_is_overlap():
     p, q = post_pair()
     g = torch.Generator().manual_seed(5)

@@ -75,6 +75,7 @@ def test_threshold_table_is_the_kernels_test():
 
 
 # --- exactness ------------------------------------------------------------------------------------------
+@pytest.mark.heavy
 @pytest.mark.parametrize("k, horizon", [(1, 3), (2, 3), (4, 3), (3, 5)])
 def test_exact_at_one_one_whatever_the_draft(k, horizon):
     # for any proposal y chosen without the coin: accept with p(y), else p without y, is p; so the greedy draft
@@ -120,12 +121,14 @@ def test_lower_thresholds_buy_tokens_per_call():
 
 
 # --- the samplers ---------------------------------------------------------------------------------------
+@pytest.mark.stat
 @pytest.mark.parametrize("single, acc", [(1.0, 1.0), (0.5, 0.5), (1.0, 0.3)])
 def test_sampler_agrees_with_its_exact_law(single, acc):
     exact_law = law(opts(single, acc))
     assert sd.sequence_tv(samples(single, acc), exact_law) < tv_bound(exact_law, N)
 
 
+@pytest.mark.stat
 def test_negative_control_lossy_samples_miss_the_target():
     want = sd.exact_sequence_distribution(CH.P, 0, 3)
     assert sd.sequence_tv(samples(0.5, 0.5), want) > tv_bound(want, N)
@@ -140,6 +143,7 @@ def batched_one_at_a_time(options, k, n, seed, horizon):
     return torch.cat([batched.decode_tables(dec, t, n=1, generator=g) for _ in range(n)])
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("options", [None, LOSSY, opts(1.0, 0.3), opts(0.0, 0.0)])
 def test_batched_matches_the_reference_draw_for_draw(options):
     for k, horizon in ((0, 3), (1, 3), (4, 3), (3, 6)):
@@ -200,6 +204,7 @@ def kernel_decode(options, k, n, seed, horizon, swap=False):
     return torch.tensor(out)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("options", [opts(1.0, 1.0), LOSSY, opts(1.0, 0.3), opts(0.3, 1.0), opts(0.0, 0.0)])
 def test_reference_is_the_kernel_draw_for_draw(options):
     # the kernel's coin for depth j is our u[k + j], its final coin our u[2k]; it tests coin <= a where the

@@ -53,6 +53,7 @@ def test_stub_keeps_signature_and_docstring():
         ns["f"](1)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", EXERCISE_NOTEBOOKS)
 def test_student_copy_has_stubs_and_no_solution_code(student_dir, name):
     original = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)

@@ -127,6 +127,7 @@ def test_log_matches_survivor_statistics_on_the_mixture():
     assert s.reach == ref.reach
 
 
+@pytest.mark.stat
 def test_conditional_acceptance_statistics_with_negative_control():
     n, k, alpha = 40_000, 6, 0.8
     log = SpecDecodeLog(k=k)

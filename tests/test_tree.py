@@ -58,6 +58,7 @@ def sampled(rule, chain, widths, horizon):
     return sd.decode_tree_markov(P, Q, start=CH.start, horizon=horizon, widths=widths, n=N, rule=rule, generator=g)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("chain", list(CHAINS))
 @pytest.mark.parametrize("rule", list(RULES))
 def test_a_node_is_the_rules_own_step(rule, chain):
@@ -71,6 +72,7 @@ def test_a_node_is_the_rules_own_step(rule, chain):
             assert (kept >= 0).all() and (fallback >= 0).all()
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("rule", list(RULES))
 def test_a_node_samples_as_the_rule_samples(rule):
     # the same uniforms in the same order: step_sample's tokens are sample_multidraft's, draw for draw; its kept
@@ -85,6 +87,7 @@ def test_a_node_samples_as_the_rule_samples(rule):
         assert abs(kept.double().mean().item() - accept) < rate_bound(accept, size), (s, n)
 
 
+@pytest.mark.stat
 def test_kept_rate_check_has_power():
     # negative control: three drafts' kept flags sit far outside the bound around one draft's acceptance
     P, Q = (f64(t) for t in CHAINS["reference"])
@@ -93,6 +96,7 @@ def test_kept_rate_check_has_power():
     assert abs(kept.double().mean().item() - accept) > rate_bound(accept, 20_000)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("chain", ["reference", "Q_bad"])
 @pytest.mark.parametrize("rule", list(RULES))
 def test_the_first_round_by_hand(rule, chain):
@@ -109,6 +113,7 @@ def test_the_first_round_by_hand(rule, chain):
         assert (tree_law(rule, chain, widths, 2) - law).abs().max().item() < 1e-12, widths
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("chain", list(CHAINS))
 @pytest.mark.parametrize("rule", EXACT)
 def test_exact_rules_keep_the_target_chain(rule, chain):
@@ -125,6 +130,7 @@ def path_law(chain, horizon=4):
     return sd.exact_decoder_distribution(P, Q, start=CH.start, horizon=horizon, k=4)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("chain", list(CHAINS))
 @pytest.mark.parametrize("rule", EXACT + list(ONE_DRAFT_EXACT))
 def test_a_path_tree_is_the_single_path_decoder(rule, chain):
@@ -140,6 +146,7 @@ def test_wrong_rules_are_wrong_in_a_tree(rule):
         assert tvs[(1,)] < 1e-12 and tvs[(1, 1, 1, 1)] < 1e-12 and tvs[(2, 2)] > 1e-3
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("chain, widths, horizon", SAMPLED)
 @pytest.mark.parametrize("rule", list(RULES))
 def test_sampler_agrees_with_exact_law(rule, chain, widths, horizon):
@@ -149,6 +156,7 @@ def test_sampler_agrees_with_exact_law(rule, chain, widths, horizon):
     assert sd.sequence_tv(sampled(rule, chain, widths, horizon), law) < tv_bound(law, N)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("rule", WRONG)
 def test_sampling_catches_each_wrong_rule(rule):
     # negative control: a wrong rule's samples against the target law. TV(emp, target) >= TV(w, target) - TV(emp, w),
@@ -180,6 +188,7 @@ def tree_rounds(rule, widths, seed):
     return simulated_tokens(log)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("rule, widths", [(rule, (3, 2, 1)) for rule in RULES] + [(rule, (2, 2)) for rule in EXACT])
 def test_expected_tokens_match_simulation(rule, widths):
     # 5 standard errors of a mean of ROUNDS bounded draws: two-sided normal tail 5.7e-7 per check (the false-alarm
@@ -189,12 +198,14 @@ def test_expected_tokens_match_simulation(rule, widths):
     assert 1 <= exact <= len(widths) + 1 and abs(mean - exact) < 5 * se
 
 
+@pytest.mark.stat
 def test_expected_tokens_check_has_power():
     # negative control: mss's simulated E[N] sits far outside 5 standard errors of rrs's exact E[N]
     mean, se = tree_rounds("mss", (3, 2, 1), seed=1)
     assert abs(mean - sd.tree_expected_tokens(CH.P, CH.Q, start=CH.start, widths=(3, 2, 1), rule="rrs")) > 5 * se
 
 
+@pytest.mark.stat
 def test_a_path_tree_retires_what_the_block_decoder_retires():
     # the single path: one proposal per position kept with sum_y min(p, q), so P(A >= j) = (M^j 1)[start], M = min(P, Q)
     M = torch.minimum(f64(CH.P), f64(CH.Q))  # (V, V)
@@ -225,6 +236,7 @@ def test_generator_makes_runs_reproducible():
     assert 0 <= int(runs[0].min()) and int(runs[0].max()) < 5
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("rule", list(RULES))
 def test_a_verifier_is_its_registered_rule(rule):
     # rule= takes any Stages / Walk verifier: the registered one gives the named rule's law and E[N], to 1e-12

@@ -125,6 +125,7 @@ def test_a_masked_out_token_cannot_change_the_logits(model):
 
 # --- alignment on the tiny model ------------------------------------------------------------------------
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("widths", [(3, 2, 1), (2, 2), (1, 1, 1), (2, 3)])
 @pytest.mark.parametrize("L", [1, 5])
@@ -136,6 +137,7 @@ def test_ancestor_mask_and_depth_positions_align(seed, widths, L):
     assert rep.max_abs_diff < 1e-5 and rep.max_tv < 1e-5
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("widths", [(3, 2, 1), (2, 2)])
 @pytest.mark.parametrize("mask,positions", WRONG)

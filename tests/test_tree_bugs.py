@@ -152,6 +152,7 @@ def sampled(version, widths, horizon):
 CASES = [(v, (2, 2), 3) for v in EAGLE1_VERSIONS] + [("a02ade9", (3,), 2), ("pr47_alone", (3,), 2)]
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("version, widths, horizon", CASES)
 def test_the_exact_law_is_the_walk_row_by_row(version, widths, horizon):
     # tv_bound(law, N): an exact sampler's N samples exceed it with probability < 1e-6 (noise.tv_noise_bound)
@@ -159,6 +160,7 @@ def test_the_exact_law_is_the_walk_row_by_row(version, widths, horizon):
     assert sd.sequence_tv(sampled(version, widths, horizon), want) < tv_bound(want, N)
 
 
+@pytest.mark.stat
 def test_the_row_by_row_check_has_power():
     # negative control: a02ade9's samples against 61020ed's law. TV(emp, other) >= TV(laws) - TV(emp, own law), and
     # the last is below tv_bound except with probability 1e-6, so a gap above two bounds is missed as rarely

@@ -38,6 +38,7 @@ def test_all_trees_is_every_tree_in_the_budget_once():
     assert sorted(trees) == sorted(brute) and len(set(trees)) == len(trees)
 
 
+@pytest.mark.heavy
 def test_best_tree_is_the_argmax_and_prefers_fewer_nodes():
     kw = dict(start=0, rule="rrs", c_d=0.15, c_v=memory_bound)
     best = sd.best_tree(CH.P, CH.Q, budget=6, max_depth=4, max_width=3, **kw)

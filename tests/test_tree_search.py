@@ -109,6 +109,7 @@ def test_bad_trees_raise_naming_the_argument():
         sd.best_ordered_tree(CH.P, CH.Q, start=0, rule="mss", c_d=C_D, c_v=memory_bound, budget=9, max_width=9)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("chain", list(CHAINS))
 @pytest.mark.parametrize("rule", list(RULES))
 def test_stage_laws_split_the_kept_child_by_stage(rule, chain):
@@ -123,6 +124,7 @@ def test_stage_laws_split_the_kept_child_by_stage(rule, chain):
             assert (law - wide[:n]).abs().max().item() < 1e-12 and law.min().item() >= 0
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("chain", list(CHAINS))
 @pytest.mark.parametrize("rule", list(RULES))
 def test_uniform_trees_match_the_uniform_engine(rule, chain):
@@ -183,6 +185,7 @@ def hoeffding(depth: int) -> float:
     return depth * math.sqrt(math.log(2 / 1e-6) / (2 * ROUNDS))
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("rule, text", [("rrs", REVIEWED), ("mss", "[[[[]]],[],[[],[]]]"),
                                         ("onehot_walk", "[[[[]]],[]]"), ("rrs_original_q", "[[[]],[[[]]],[]]"),
                                         ("walk_duplicate_siblings", "[[[[]]],[],[]]")])
@@ -200,6 +203,7 @@ def test_expected_tokens_match_a_simulation(rule, text):
     assert abs(mean - other) > hoeffding(tree.depth)
 
 
+@pytest.mark.stat
 def test_simulation_power_on_the_reviewed_tree():
     # negative control with a wrong rule: mss's E[N] on the same tree lies outside the bound around rrs's simulation
     tree = OrderedTree.parse(REVIEWED)
@@ -221,6 +225,7 @@ CASES = [("reference", "rrs", 6, 7), ("reference", "onehot_sequential", 7, 7), (
          ("reference", "rrs_original_q", 3, 6)]  # (chain, rule, max width, budget)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("chain, rule, width, budget", CASES)
 def test_search_matches_brute_force(chain, rule, width, budget):
     P, Q = CHAINS[chain]
@@ -255,6 +260,7 @@ def test_one_best_subtree_per_state_is_not_exact():
     assert abs(pareto - brute) < 1e-12 and brute - scalar > 1e-3
 
 
+@pytest.mark.heavy
 def test_the_reviewed_tree_is_the_best_at_budget_8():
     values = brute_force(CH.P, CH.Q, rule="rrs", budget=8, width=8)  # all 2055 ordered trees of 1..8 nodes
     s, _, _, tree = best_by_brute_force(values, budget=8, c_d=C_D, c_v=memory_bound)
@@ -266,6 +272,7 @@ def test_the_reviewed_tree_is_the_best_at_budget_8():
     assert uniform.widths == (2, 1, 1, 1) and got.speedup - uniform.speedup > 0.01
 
 
+@pytest.mark.heavy
 def test_best_ordered_tree_beats_or_ties_every_uniform_tree():
     for rule in ("rrs", "onehot_sequential", "mss"):
         best = sd.best_ordered_trees(CH.P, CH.Q, start=CH.start, rule=rule, c_d=C_D, c_v=memory_bound,

@@ -65,11 +65,13 @@ EXACT = P_ROWS[0][:, None, None] * P_ROWS[1][None, :, None] * P_ROWS[2][None, No
 N = 300_000
 
 
+@pytest.mark.stat
 def test_one_block_is_exact_including_bonus():
     out = block_then_fill(Vf.verify_blocks, N, seed=4)
     assert sequence_tv(out, EXACT) < tv_bound(EXACT, N)
 
 
+@pytest.mark.stat
 @pytest.mark.parametrize("wrong", [p_on_reject, always_accept, off_by_one, mismatched_q])
 def test_negative_controls_fail_the_block_test(wrong):
     out = block_then_fill(wrong, N, seed=4)

@@ -5,8 +5,9 @@ machine compute like another one: torch's generic kernels instead of AVX2/AVX-51
 MKL's reproducible or SSE4.2 code paths (MKL_CBWR, MKL_ENABLE_INSTRUCTIONS), and one thread. Every
 notebook must pass strict nbval under each.
 
-    python tools/nbval_envs.py               # every environment, JOBS at a time
+    python tools/nbval_envs.py                 # every environment, JOBS at a time (make test-portable)
     python tools/nbval_envs.py --only default  # one environment, output streamed (make test-notebooks)
+    python tools/nbval_envs.py --skip default  # all but the default, which `make test` already ran (.ci/run)
 """
 from __future__ import annotations
 
@@ -43,6 +44,19 @@ def label(name: str) -> str:
     return f"{name} ({' '.join(f'{k}={v}' for k, v in ENVIRONMENTS[name].items()) or 'no variable set'})"
 
 
+def selection(only: str | None = None, skip: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The environments to run, in ENVIRONMENTS order: `only` alone, or all of them but those in `skip`."""
+    unknown = [name for name in ([only] if only else []) + list(skip) if name not in ENVIRONMENTS]
+    if unknown:
+        raise ValueError(f"unknown environment {unknown[0]!r}; valid: {', '.join(ENVIRONMENTS)}")
+    if only and skip:
+        raise ValueError("only and skip exclude each other: pass one of them")
+    names = [only] if only else [name for name in ENVIRONMENTS if name not in skip]
+    if not names:
+        raise ValueError(f"skip leaves no environment to run (skipped {', '.join(skip)})")
+    return names
+
+
 def run(name: str, log: Path | None) -> tuple[str, int, float]:
     """(name, exit status, seconds) of one nbval run; its output goes to log, or to the terminal when None."""
     t0 = time.perf_counter()
@@ -65,18 +79,25 @@ def failures(log: Path, max_lines: int = 200) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=list(ENVIRONMENTS), help="run one environment, its output streamed")
+    parser.add_argument("--skip", action="append", default=[], choices=list(ENVIRONMENTS), metavar="NAME",
+                        help=f"leave an environment out (repeatable); one of {', '.join(ENVIRONMENTS)}")
     parser.add_argument("--jobs", type=int, default=2, help="environments run at once (default 2)")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    try:
+        names = selection(args.only, args.skip)
+    except ValueError as e:
+        parser.error(str(e))
     if args.only:
         print(f"nbval under {label(args.only)}", flush=True)
         return run(args.only, None)[1]
     logs = Path(tempfile.mkdtemp(prefix="nbval-envs-"))
-    print(f"strict nbval over notebooks/ in {len(ENVIRONMENTS)} environments, {args.jobs} at a time "
-          f"(logs in {logs})", flush=True)
+    skipped = f"; skipped: {', '.join(args.skip)}" if args.skip else ""
+    print(f"strict nbval over notebooks/ in {len(names)} environments, {args.jobs} at a time "
+          f"(logs in {logs}{skipped})", flush=True)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda n: run(n, logs / f"{n}.log"), ENVIRONMENTS))
+        results = list(pool.map(lambda n: run(n, logs / f"{n}.log"), names))
     failed = [name for name, rc, _ in results if rc]
     for name, rc, seconds in results:
         print(f"  {'PASS' if rc == 0 else 'FAIL'}  {label(name):<72} {seconds:5.0f} s")

@@ -1,18 +1,20 @@
-"""Lab: the acceptance test of one block on the decode loop's hot path, the same arithmetic as sd's verify_batch.
+"""Lab: the acceptance test of one block on the decode loop's hot path, the same arithmetic as verify_batch.
 
-verify_batch is written for n blocks at once on the device; a decode loop verifies one block and needs the
-accepted count on the host anyway (to crop the caches). accept_block takes the target's logits, computes the
-policy's rows once, tests the k proposals in one vectorised comparison, reads the outcomes to the host in
-one transfer, and builds the residual of the one row it needs (verify_batch builds a padded q for all
-rows). It draws the same uniforms in the same order, so for the same generator state it returns the same
-tokens as greedy_batch or verify_batch (tests/test_accept.py checks both, draw for draw).
+specdec_lib.verification.verify_batch is written for n blocks at once on the device; a decode loop verifies
+one block and needs the accepted count on the host anyway (to crop the caches). accept_block takes the
+target's logits, computes the policy's rows once, tests the k proposals in one vectorised comparison, reads
+the outcomes to the host in one transfer, and builds the residual of the one row it needs (verify_batch
+builds a padded q for all rows). It draws the same uniforms in the same order, so for the same generator
+state it returns the same tokens as greedy_batch or verify_batch (tests/test_drafters.py checks both, draw
+for draw).
 """
 from __future__ import annotations
 
 import torch
 
+from .._checks import check_generator, check_tensor
 from ..sampling import accept_ratio, residual_weights, sample_rows
-from .steps import policy_probs
+from .steps import check_policy, policy_probs
 
 
 def accept_block(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.Tensor | None, *,
@@ -21,9 +23,12 @@ def accept_block(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.
 
     Greedy (temperature 0) keeps proposals while they equal the target's argmax; otherwise q_rows (k, V) are
     the rows that drew the proposals, and one_hot=True says each is one-hot at its proposal (the residual
-    is then p with the proposal removed, computed without q).
+    is then p with the proposal removed, computed without q). Types, shapes and the policy are checked; the
+    values are not (that would cost a device sync per block).
     """
-    k = proposals.shape[0]
+    temperature, top_k = check_policy(temperature, top_k)
+    k = _check_block(p_logits, proposals, q_rows, needs_q=temperature != 0.0 and not one_hot)
+    check_generator(generator)
     if temperature == 0.0:
         best = p_logits.argmax(-1)  # (k+1,) the target's greedy choice at every slot
         both = torch.cat([best[:k], proposals]).tolist()  # one transfer: argmaxes, then proposals
@@ -44,3 +49,26 @@ def accept_block(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.
     else:
         r = residual_weights(p_rows[a], q_rows[a])  # (V,)
     return a, sample_rows(r, generator)  # 0-d; its own uniform, after the k acceptance ones
+
+
+def _check_block(p_logits, proposals, q_rows, *, needs_q: bool) -> int:
+    """k, after checking p_logits is (k+1, V) floating, proposals (k,) integer and, when needed, q_rows (k, V)."""
+    p_logits = check_tensor("p_logits", p_logits)
+    if p_logits.dim() != 2 or p_logits.shape[0] == 0 or p_logits.shape[1] == 0:
+        raise ValueError(f"p_logits must be (k+1, V) with V >= 1, got shape {tuple(p_logits.shape)}")
+    if not isinstance(proposals, torch.Tensor) or proposals.is_floating_point() or proposals.dtype == torch.bool:
+        got = f"dtype {proposals.dtype}" if isinstance(proposals, torch.Tensor) else type(proposals).__name__
+        raise TypeError(f"proposals must be an integer tensor of token ids, got {got}")
+    k = p_logits.shape[0] - 1
+    if proposals.shape != (k,):
+        raise ValueError(f"proposals must be (k,) with k + 1 = {k + 1} rows of p_logits, got shape "
+                         f"{tuple(proposals.shape)}")
+    if needs_q:
+        if q_rows is None:
+            raise ValueError("q_rows (k, V), the draft rows that drew the proposals, is required unless "
+                             "temperature == 0 or one_hot=True; got None")
+        q_rows = check_tensor("q_rows", q_rows)
+        if q_rows.shape != (k, p_logits.shape[1]):
+            raise ValueError(f"q_rows must be (k, V) = {(k, p_logits.shape[1])} to match p_logits, got shape "
+                             f"{tuple(q_rows.shape)}")
+    return k

@@ -226,7 +226,7 @@ def generate_without_target_rollback(target, draft, prompt: torch.Tensor, n_new:
     seq[:L] = prompt
     w = target.head.weight
     t_cache = StaleCache(target.config, dtype=w.dtype, device=w.device)  # what target.new_cache() builds
-    target(prompt[None, :-1], t_cache)  # (1, L-1) cached, as sd.prefill does
+    target(prompt[None, :-1], t_cache)  # (1, L-1) cached, as specdec_lib.lab.steps.prefill does
     d_state, n = drafter.start(prompt), L
     while n < L + n_new and t_cache.length + k + 1 <= t_cache.max_len:
         proposals, q_rows = drafter.propose(d_state, seq, n, k, temperature=0.0, top_k=None, generator=None)
