@@ -48,6 +48,7 @@ def decode_one_bent(dec: Decoder, uniforms) -> list[int]:
                 sample = inverse_cdf(p, u[k + j])
                 ok = sample == y
             elif spec.acceptance in TARGET_ONLY:  # typical: 0 or 1, the coin decides nothing; SGLang: the coin
+            #                                       (its kernel's u <= chance: the same law for a continuous u)
                 ok = u[k + j] < keep[row][y]
             else:  # u < min(1, p(y) / q(y))
                 ok = u[k + j] < (min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0))
