@@ -100,3 +100,68 @@ def test_the_checker_sees_a_violation(tmp_path):
     imports = package_imports(bad, root=bad.parent)
     assert [layer(t) for t, _ in imports] == ["markov", "core"]
     assert "markov" not in ALLOWED["core"] and imports[1][1] == ["_hidden"]
+
+
+def _module_paths(root: Path = PKG) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def import_graph(root: Path = PKG) -> dict[str, set[str]]:
+    """module -> the package modules it imports anywhere in its text (function-level imports count too);
+    `from pkg import name` points at pkg.name when that is a module, else at pkg itself."""
+    paths = _module_paths(root)
+    graph = {}
+    for name, path in paths.items():
+        edges = set()
+        for target, names in package_imports(path, root):
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in paths]
+            edges |= set(subs) if subs and len(subs) == len(names) else {target}
+        graph[name] = {t for t in edges if t in paths and t != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_two_modules_import_each_other():
+    assert import_cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_sees_a_circle(tmp_path):
+    # negative control: a imports b at the top, b imports a inside a function (a lazy import is still a circle)
+    pkg = tmp_path / "specdec_lib"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .b import g\n")
+    (pkg / "b.py").write_text("def g():\n    from .a import f\n    return f\n")
+    (pkg / "c.py").write_text("from . import a\n")
+    assert import_cycles(import_graph(pkg)) == [["specdec_lib.a", "specdec_lib.b"]]
