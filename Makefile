@@ -1,7 +1,7 @@
 # specdec: build and test entry points (GNU make >= 4.0; tried with 4.3).
 #
 #   make install     create .venv (if missing) and install the exact pins of requirements.lock + specdec_lib (editable)
-#                    (the lock includes the `audit` extra, transformers, for tests/test_audit_transformers.py)
+#                    (the lock includes the `audit` extra, transformers, for tests/conformance/test_audit_transformers.py)
 #   make test        pytest tests/ (without tests/e2e; `stat` and `heavy` included), then strict nbval over notebooks/
 #   make test-fast   the library tests in under a minute: no notebooks, no `stat`, `heavy`, `slow` or `e2e` tests
 #   make test-portable  strict nbval again under 5 environments that imitate other CPUs, BLAS paths and thread counts
@@ -34,7 +34,7 @@ MAKEFLAGS += --no-builtin-rules
 
 PYTHON ?= python3
 # The lock is resolved for Python 3.11 (numpy, ipython, matplotlib... require >= 3.11; soupsieve
-# requires >= 3.11.5); pyproject's requires-python says the same (tests/test_packaging.py holds them equal).
+# requires >= 3.11.5); pyproject's requires-python says the same (tests/repo/test_packaging.py holds them equal).
 MIN_PYTHON := 3.11.5
 VENV := .venv
 VPY := $(VENV)/bin/python
@@ -133,8 +133,8 @@ student: $(STAMP)
 
 # Executes each student copy with nbclient: only the `exercise-check` cells may fail, with NotImplementedError.
 test-student: $(STAMP)
-	@echo "+ $(VPY) -m pytest -m slow tests/test_student.py"
-	$(VPY) -m pytest -m slow tests/test_student.py
+	@echo "+ $(VPY) -m pytest -m slow tests/course/test_student.py"
+	$(VPY) -m pytest -m slow tests/course/test_student.py
 
 # Local only: 127.0.0.1 and a token, never an empty one. --allow-root only when running as root.
 lab: $(STAMP)

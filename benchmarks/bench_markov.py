@@ -47,7 +47,7 @@ def loop_decode(P, Q, start: int, horizon: int, k: int, generator: torch.Generat
 def batched_seconds(ch, M: int, k: int, g: torch.Generator) -> float:
     """Seconds of one decode_markov call for M sequences."""
     t0 = time.perf_counter()
-    sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, n=M, generator=g)
+    sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, num_samples=M, generator=g)
     return time.perf_counter() - t0
 
 
@@ -77,13 +77,13 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     ch = sd.reference_chain()
-    exact = sd.exact_sequence_distribution(ch.P, ch.start, ch.horizon)
+    exact = sd.sequence_law(ch.P, start=ch.start, horizon=ch.horizon)
 
     batched, loop, loop_samples = head_to_head(ch, args.M, args.k, args.chunks)
     t_batched, t_loop = statistics.median(batched), sum(loop)
     per_chunk = [lp * args.chunks / b for lp, b in zip(loop, batched)]  # each piece's ratio, scaled to M
     g = torch.Generator().manual_seed(2)
-    batched_samples = sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=args.k, n=args.M,
+    batched_samples = sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=args.k, num_samples=args.M,
                                        generator=g)
     g_big = torch.Generator().manual_seed(3)
     t_big = statistics.median(batched_seconds(ch, args.big, args.k, g_big) for _ in range(args.repeats))

@@ -21,7 +21,7 @@ import time
 import torch
 
 import specdec_lib as sd
-from specdec_lib.lab.generation import decode_step, draft_block, generate_plain, prefill, verify_round
+from specdec_lib.lab.generation import Decoding, decode_step, draft_block, generate_plain, prefill, verify_round
 
 med = statistics.median
 
@@ -48,7 +48,7 @@ def step_after(target, draft, prompts, policy, cycles: int = 60) -> dict[str, fl
             after.append(time.perf_counter() - t0)
             t_cache.crop(L - 1)
         log = sd.SpecDecodeLog(k=0)
-        generate_plain(target, prompts[c % len(prompts)], 64, log=log, **policy)
+        generate_plain(target, prompts[c % len(prompts)], 64, log=log, decoding=Decoding(**policy))
         s = log.summary()
         plain = s.verify_time / s.tokens
         in_row.append(plain / med(row))
@@ -78,12 +78,14 @@ def first_and_again(target, draft, prompts, k: int, policy, n_new: int = 64, rep
                 again_d.append(time.perf_counter() - t0)
                 t_len, d_len = t_cache.length, d_cache.length
                 t0 = time.perf_counter()
-                verify_round(target, t_cache, d_cache, seq[n - 1:n], proposals, q_rows, n=n, **policy)
+                verify_round(target, t_cache, d_cache, torch.cat([seq[n - 1:n], proposals]), q_rows, n=n,
+                             decoding=Decoding(**policy))
                 first_v.append(time.perf_counter() - t0)
                 t_cache.crop(t_len)
                 d_cache.length = d_len  # undo the draft's crop: the buffers still hold the proposals
                 t0 = time.perf_counter()
-                a, nxt = verify_round(target, t_cache, d_cache, seq[n - 1:n], proposals, q_rows, n=n, **policy)
+                a, nxt = verify_round(target, t_cache, d_cache, torch.cat([seq[n - 1:n], proposals]), q_rows, n=n,
+                                      decoding=Decoding(**policy))
                 again_v.append(time.perf_counter() - t0)
                 seq[n:n + a] = proposals[:a]
                 seq[n + a] = nxt
@@ -98,8 +100,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    target, draft = sd.load_pair()
-    prompts = sd.corpus_prompts(6, 32, seed=0)
+    target, draft = sd.lab.load_pair()
+    prompts = sd.lab.corpus_prompts(6, 32, seed=0)
     policy = {"temperature": args.temperature, "top_k": None, "generator": torch.Generator().manual_seed(0)}
     for name, ratio in step_after(target, draft, prompts, policy).items():
         print(f"T_1: {name} = {ratio:.3f}")

@@ -26,6 +26,7 @@ import torch
 from tqdm import tqdm
 
 import specdec_lib as sd
+from specdec_lib.accounting import alpha_from_tokens
 from specdec_lib.lab.batch_cost import BatchCost, batch_cost
 
 DRAFTS = ("draft", "draft_deep", "table", "lookup")
@@ -34,11 +35,11 @@ DRAFTS = ("draft", "draft_deep", "table", "lookup")
 def make_drafter(name: str, device: str):
     """The drafter called name: the two trained networks, the corpus 4-gram table, or prompt lookup (m = 3)."""
     if name in ("draft", "draft_deep"):
-        return sd.NeuralDraft(sd.load_draft(name, device), name=name)
+        return sd.lab.NeuralDraft(sd.lab.load_draft(name, device), name=name)
     if name == "table":
-        return sd.TableDraft(sd.corpus_table(4))
+        return sd.lab.TableDraft(sd.lab.corpus_table(4))
     if name == "lookup":
-        return sd.PromptLookupDraft(256, m=3)
+        return sd.lab.PromptLookupDraft(256, m=3)
     raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {name!r}")
 
 
@@ -52,19 +53,7 @@ def constant_guess(measured: list[float]) -> tuple[float, float]:
     return 2 * lo * hi / (lo + hi), (hi - lo) / (hi + lo)
 
 
-def alpha_from_tokens(e_n: float, k: int) -> float:
-    """The alpha with E[N(k)] = (1 - alpha^(k+1)) / (1 - alpha) = e_n, by bisection (e_n in [1, k + 1])."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if sd.expected_tokens(mid, k) < e_n:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def final_lines(tables: list[sd.SpeedupTable], batch: BatchCost) -> list[str]:
+def final_lines(tables: list[sd.lab.SpeedupTable], batch: BatchCost) -> list[str]:
     """The five closing lines: range of measured speedups, the best one, constant guess, the equation, best k by B."""
     measured = [m for t in tables for m in t.measured]
     best_t, i = max(((t, i) for t in tables for i in range(len(t.ks))), key=lambda ti: ti[0].measured[ti[1]])
@@ -106,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     if not names or set(names) - set(DRAFTS):
         parser.error(f"--drafts must name some of {', '.join(DRAFTS)}, got {args.drafts!r}")
     torch.set_num_threads(args.threads)
-    target, _ = sd.load_pair(args.device)
-    prompts = [p.to(args.device) for p in sd.corpus_prompts(args.prompts, args.prompt_len, seed=0)]
+    target, _ = sd.lab.load_pair(args.device)
+    prompts = [p.to(args.device) for p in sd.lab.corpus_prompts(args.prompts, args.prompt_len, seed=0)]
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
     print(f"device {args.device} ({device}), {torch.get_num_threads()} thread(s), torch {torch.__version__}; "
-          f"target {sd.n_params(target):,} parameters")
+          f"target {sd.lab.n_params(target):,} parameters")
     print(f"{args.prompts} held-out prompts x {args.n_new} new tokens, k in {args.ks}, "
           f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature}, top_k {args.top_k}'}; "
           f"load average before: {load()}")
@@ -118,18 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     tables = []
     for name in names:
         drafter = make_drafter(name, args.device)
-        size = f"{sd.n_params(drafter.model):,} parameters" if isinstance(drafter, sd.NeuralDraft) else "no network"
+        size = f"{sd.lab.n_params(drafter.model):,} parameters" if isinstance(drafter,
+                                                                              sd.lab.NeuralDraft) else "no network"
         with tqdm(total=args.repeats * len(prompts) * len(args.ks), unit="pair",
                   desc=f"timing draft {name}: terms, then plain vs speculative") as bar:
-            table = sd.measure_speedup(target, drafter, prompts, args.ks, n_new=args.n_new, repeats=args.repeats,
-                                       reps=args.reps, temperature=args.temperature, top_k=args.top_k,
-                                       on_pair=bar.update)
+            plan = sd.lab.measure.MeasurePlan(n_new=args.n_new, repeats=args.repeats, reps=args.reps)
+            table = sd.lab.measure_speedup(target, drafter, prompts, args.ks, plan=plan, temperature=args.temperature,
+                                       top_k=args.top_k, on_pair=bar.update)
         tables.append(table)
         print(f"\ndraft {name} ({size}); load average {load()}\n{table}\n")
     best = max(tables, key=lambda t: max(t.measured))
     i = best.measured.index(max(best.measured))
     alpha = alpha_from_tokens(best.e_n[i], best.ks[i])
-    contexts = torch.stack(sd.corpus_prompts(max(args.batches), 2 * args.prompt_len, seed=1)).to(args.device)
+    contexts = torch.stack(sd.lab.corpus_prompts(max(args.batches), 2 * args.prompt_len, seed=1)).to(args.device)
     with tqdm(total=len(args.batches), unit="batch size", desc="timing target passes over B x (k+1) positions") as bar:
         batch = batch_cost(target, contexts, alpha=alpha, c_d=best.c_d[i], batches=args.batches,
                            ks=range(1, max(args.ks) + 1), reps=args.batch_reps, on_batch=bar.update)

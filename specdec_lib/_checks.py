@@ -9,6 +9,10 @@ import torch
 
 SUM_TOL = 1e-4  # a distribution must sum to 1 within this
 
+__all__ = ["SUM_TOL", "check_tensor", "check_distribution", "check_same_shape", "check_int", "check_real",
+           "check_alpha", "check_choice", "check_generator", "check_token_ids", "check_numbers",
+           "check_widths", "check_pair"]
+
 
 def check_tensor(name: str, x) -> torch.Tensor:
     """Return x as a floating tensor, or raise TypeError naming the argument."""
@@ -142,6 +146,15 @@ def check_numbers(name: str, x) -> list:
     if len(x) == 0:
         raise ValueError(f"{name} must be non-empty")
     return list(x)
+
+
+def check_widths(widths) -> tuple[int, ...]:
+    """Validate a static tree's widths: a non-empty tuple (or list) of ints >= 1, the children per node by depth."""
+    if not isinstance(widths, (tuple, list)):
+        raise TypeError(f"widths must be a tuple of ints (children per node, by depth), got {type(widths).__name__}")
+    if not widths:
+        raise ValueError("widths must be non-empty: one width per depth of the tree")
+    return tuple(check_int(f"widths[{i}]", w, minimum=1) for i, w in enumerate(widths))
 
 
 def check_pair(p, q) -> tuple[torch.Tensor, torch.Tensor]:

@@ -14,6 +14,10 @@ import torch
 from ._checks import SUM_TOL, check_alpha, check_generator, check_int, check_numbers, check_real
 from .verification import accepted_prefix
 
+__all__ = ["reach_probabilities", "expected_accepted", "expected_tokens", "full_block_probability", "alpha_from_tokens",
+           "RoundTokens", "tokens_per_round", "simulate_blocks", "simulate_mixture", "SurvivorStats",
+           "survivor_statistics", "BayesCurve", "bayes_conditional_acceptance"]
+
 _ROW_LABEL = 34  # width of the row labels in the printed tables
 _CELL = 9  # width of one position's column
 
@@ -47,13 +51,24 @@ def full_block_probability(alpha, k: int) -> float:
     return reach[-1] if reach else 1.0
 
 
+def alpha_from_tokens(e_n: float, k: int) -> float:
+    """The constant alpha with E[N(k)] = (1 - alpha^(k+1)) / (1 - alpha) = e_n (bisection; e_n in [1, k + 1])."""
+    k = check_int("k", k, minimum=1)
+    e_n = check_real("e_n", e_n, low=1.0, high=k + 1.0)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):  # E[N(k)] rises with alpha: keep the half that holds e_n
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected_tokens(mid, k) < e_n else (lo, mid)
+    return (lo + hi) / 2
+
+
 # ---- simulation -----------------------------------------------------------------------------------
 
-def simulate_blocks(alpha, k: int, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Accepted counts A (LongTensor (n,)) of n independent blocks with per-position rates alpha."""
+def simulate_blocks(alpha, k: int, *, num_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Accepted counts A (LongTensor (num_samples,)) of num_samples independent blocks with per-position rates alpha."""
     k = check_int("k", k, minimum=0)
     rates = torch.tensor(check_alpha(alpha, k), dtype=torch.float64)  # (k,)
-    n = check_int("n", n, minimum=1)
+    n = check_int("num_samples", num_samples, minimum=1)
     generator = check_generator(generator)
     u = torch.rand(n, k, generator=generator, dtype=torch.float64)  # (n, k)
     accept = u < rates  # (n, k) flag of proposal j, drawn as if reached
@@ -72,18 +87,41 @@ def _check_mixture(betas, weights) -> tuple[list[float], list[float]]:
     return betas, weights
 
 
-def simulate_mixture(betas, weights, k: int, n: int,
+def simulate_mixture(betas, weights, k: int, *, num_samples: int,
                      generator: torch.Generator | None = None) -> torch.Tensor:
-    """Accept flags (bool (n, k)) of n requests, each of one difficulty class drawn with prob weights."""
+    """Accept flags (bool (num_samples, k)) of num_samples requests, each of one class drawn with prob weights."""
     betas, weights = _check_mixture(betas, weights)
     k = check_int("k", k, minimum=1)
-    n = check_int("n", n, minimum=1)
+    n = check_int("num_samples", num_samples, minimum=1)
     generator = check_generator(generator)
     w = torch.tensor(weights, dtype=torch.float64)  # (C,)
     cls = torch.multinomial(w, n, replacement=True, generator=generator)  # (n,) class of each request
     beta = torch.tensor(betas, dtype=torch.float64)[cls]  # (n,) constant within a request
     u = torch.rand(n, k, generator=generator, dtype=torch.float64)  # (n, k)
     return u < beta[:, None]  # (n, k) every flag drawn, even after a rejection
+
+
+@dataclass(frozen=True)
+class RoundTokens:
+    """Tokens per round N = A + 1 measured from a log: its mean over the rounds, the mean's standard error."""
+
+    mean: float
+    stderr: float
+    rounds: int
+
+
+def tokens_per_round(log) -> RoundTokens:
+    """The mean of N = A + 1 over a SpecDecodeLog's rounds and its standard error, from the log's counts of A >= a."""
+    summary = getattr(log, "summary", None)
+    if not callable(summary):
+        raise TypeError(f"log must be a SpecDecodeLog, got {type(log).__name__}")
+    s = summary()
+    if s.rounds < 1:
+        raise ValueError("log must hold at least one round")
+    at_least = torch.tensor(s.accepted_at, dtype=torch.float64) / s.rounds  # (k,) P(A >= a), a = 1..k
+    a = torch.arange(1, s.k + 1, dtype=torch.float64)
+    mean, square = at_least.sum().item(), ((2 * a - 1) * at_least).sum().item()  # E[A], E[A^2]
+    return RoundTokens(mean=1 + mean, stderr=math.sqrt((square - mean ** 2) / s.rounds), rounds=s.rounds)
 
 
 # ---- survivor statistics ---------------------------------------------------------------------------

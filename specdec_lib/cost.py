@@ -10,6 +10,8 @@ import torch
 from ._checks import check_alpha, check_int, check_numbers, check_real
 from .accounting import expected_tokens
 
+__all__ = ["CostV", "c_v_at", "speedup", "speedup_grid", "BestK", "best_k"]
+
 CostV = float | Callable[[int], float]  # c_v: a number, or a function of the draft length k
 
 
@@ -28,7 +30,7 @@ def c_v_at(c_v: CostV, k: int) -> float:
     return value
 
 
-def speedup(alpha, c_d: float, k: int, c_v: CostV, overhead: float = 0.0) -> float:
+def speedup(alpha, *, c_d: float, k: int, c_v: CostV, overhead: float = 0.0) -> float:
     """S(k) = E[N(k)] / (k c_d + c_v(k) + overhead); k = 0 is the baseline itself and returns 1.0."""
     k = check_int("k", k, minimum=0)
     e_n = expected_tokens(alpha, k)  # validates alpha against k
@@ -41,7 +43,7 @@ def speedup(alpha, c_d: float, k: int, c_v: CostV, overhead: float = 0.0) -> flo
     return e_n / (k * c_d + c_v_at(c_v, k) + overhead)
 
 
-def speedup_grid(alphas, c_ds, k: int, c_v: CostV, overhead: float = 0.0) -> torch.Tensor:
+def speedup_grid(alphas, c_ds, *, k: int, c_v: CostV, overhead: float = 0.0) -> torch.Tensor:
     """S(k) over a grid: float64 tensor (len(alphas), len(c_ds)), rows alpha, columns c_d."""
     alphas = [check_real(f"alphas[{i}]", a, low=0.0, high=1.0) for i, a in enumerate(check_numbers("alphas", alphas))]
     c_ds = [_nonneg(f"c_ds[{i}]", c) for i, c in enumerate(check_numbers("c_ds", c_ds))]
@@ -63,7 +65,7 @@ class BestK:
     speedups: list[float]
 
 
-def best_k(alpha, c_d: float, c_v: CostV, *, k_max: int = 32, overhead: float = 0.0) -> BestK:
+def best_k(alpha, *, c_d: float, c_v: CostV, k_max: int = 32, overhead: float = 0.0) -> BestK:
     """Largest S(k) over k = 0..k_max, ties to the smaller k; alpha: a number or >= k_max rates (k uses the first k)."""
     k_max = check_int("k_max", k_max, minimum=0)
     if isinstance(alpha, torch.Tensor) and alpha.dim() == 1:
@@ -75,7 +77,7 @@ def best_k(alpha, c_d: float, c_v: CostV, *, k_max: int = 32, overhead: float = 
         per_k = [rates[:k] for k in range(k_max + 1)]
     else:
         per_k = [check_alpha(alpha, 1)[0]] * (k_max + 1)
-    speedups = [speedup(per_k[k], c_d, k, c_v, overhead=overhead) for k in range(k_max + 1)]
+    speedups = [speedup(per_k[k], c_d=c_d, k=k, c_v=c_v, overhead=overhead) for k in range(k_max + 1)]
     best = 0
     for k, s in enumerate(speedups):
         if s > speedups[best]:  # strict: ties keep the smaller k

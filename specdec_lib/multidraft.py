@@ -1,6 +1,6 @@
 """Act V: many drafts at one position. Every registered rule, its exact output law and its sampler.
 
-A rule draws n drafts from q and tests them against the target p. The exact ones (SpecInfer's multi-step
+A rule draws num_drafts drafts from q and tests them against the target p. The exact ones (SpecInfer's multi-step
 speculative sampling, recursive rejection sampling without replacement, and the two forms of EAGLE-2 / SGLang
 one-hot verification) emit exactly p; the wrong ones are mistakes a careful reader could make, each with its story.
 `multidraft_law` computes the emitted token's law with no sampling, by enumerating the drafts' outcomes.
@@ -12,7 +12,10 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import check_choice, check_generator, check_int, check_pair
-from .multidraft_rules import Stages, Walk, count_outcomes, stages_law, stages_sample, walk_law, walk_sample
+from .multidraft_rules import Stages, StepLaw, Walk, count_outcomes, step_law, step_sample
+
+__all__ = ["MAX_TABLE", "CHUNK", "MultiDraftRule", "RULES", "multidraft_rules", "multidraft_law",
+           "multidraft_accept_probability", "acceptance_table", "sample_multidraft"]
 
 MAX_TABLE = 4_000_000  # the exact law holds (draft tuples) x (vocabulary) numbers at most
 CHUNK = 1 << 22  # the sampler holds at most about this many numbers per row block
@@ -75,42 +78,49 @@ def multidraft_rules() -> list[MultiDraftRule]:
     return list(_RULES)
 
 
-def _check(p, q, n, rule) -> tuple[torch.Tensor, torch.Tensor, int, MultiDraftRule]:
-    """Validate (p, q, n, rule); return p and q in float64, renormalised, with n and the rule's record."""
+def _check(p, q, num_drafts, rule) -> tuple[torch.Tensor, torch.Tensor, int, MultiDraftRule]:
+    """Validate (p, q, num_drafts, rule); return p and q in float64, renormalised, with num_drafts and the rule."""
     p, q = check_pair(p, q)
-    n = check_int("n", n, minimum=1)
+    num_drafts = check_int("num_drafts", num_drafts, minimum=1)
     check_choice("rule", rule, tuple(RULES))
     p, q = p.double(), q.double()
-    return p / p.sum(), q / q.sum(), n, RULES[rule]
+    return p / p.sum(), q / q.sum(), num_drafts, RULES[rule]
 
 
-def _exact(p, q, n, rule) -> tuple[torch.Tensor, float]:
-    """(law (V,), P(some draft kept)) of a validated rule, by enumeration."""
-    p, q, n, r = _check(p, q, n, rule)
-    count = count_outcomes(q, n, r.verifier.draws)
+def _exact(p, q, num_drafts, rule) -> StepLaw:
+    """The kept child's and the fallback's law of a validated rule, by enumeration."""
+    p, q, num_drafts, r = _check(p, q, num_drafts, rule)
+    count = count_outcomes(q, num_drafts, r.verifier.draws)
     if count * p.numel() > MAX_TABLE:
-        raise ValueError(f"n = {n} gives {count} draft outcomes over q's {int((q > 0).sum())} tokens, a table of "
-                         f"{count * p.numel()} numbers; the exact law holds at most {MAX_TABLE}: use a smaller n or V")
-    engine = walk_law if isinstance(r.verifier, Walk) else stages_law
-    return engine(p, q, n, r.verifier)
+        raise ValueError(f"num_drafts = {num_drafts} gives {count} draft outcomes over q's {int((q > 0).sum())} "
+                         f"tokens, a table of {count * p.numel()} numbers; the exact law holds at most {MAX_TABLE}: "
+                         "use a smaller num_drafts or V")
+    return step_law(p, q, num_drafts=num_drafts, verifier=r.verifier)
 
 
-def multidraft_law(p: torch.Tensor, q: torch.Tensor, n: int, *, rule: str) -> torch.Tensor:
-    """Exact law (V,) float64 of the token one multi-draft step emits, for target p, draft q and n drafts."""
-    return _exact(p, q, n, rule)[0]
+def multidraft_law(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, rule: str) -> torch.Tensor:
+    """Exact law (V,) float64 of the token one multi-draft step emits, for target p, draft q and num_drafts drafts."""
+    return _exact(p, q, num_drafts, rule).law
 
 
-def multidraft_accept_probability(p: torch.Tensor, q: torch.Tensor, n: int, *, rule: str) -> float:
-    """Exact probability that one of the n drafts is kept (the emitted token is not a fallback draw)."""
-    return _exact(p, q, n, rule)[1]
+def multidraft_accept_probability(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, rule: str) -> float:
+    """Exact probability that one of the num_drafts drafts is kept (the emitted token is not a fallback draw)."""
+    return _exact(p, q, num_drafts, rule).accept
 
 
-def sample_multidraft(p: torch.Tensor, q: torch.Tensor, n: int, *, size: int, rule: str,
+def acceptance_table(p: torch.Tensor, q: torch.Tensor, *, max_drafts: int = 5) -> dict[str, list[float]]:
+    """{rule: [P(a draft kept) for num_drafts = 1..max_drafts]} for every registered rule, exactly."""
+    max_drafts = check_int("max_drafts", max_drafts, minimum=1)
+    return {r: [multidraft_accept_probability(p, q, num_drafts=n, rule=r) for n in range(1, max_drafts + 1)]
+            for r in RULES}
+
+
+def sample_multidraft(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, num_samples: int, rule: str,
                       generator: torch.Generator | None = None) -> torch.Tensor:
-    """size tokens (size,) from independent multi-draft steps: draw n drafts from q, test them, emit one token each."""
-    p, q, n, r = _check(p, q, n, rule)
-    size = check_int("size", size, minimum=1)
+    """num_samples tokens (num_samples,) from independent multi-draft steps: num_drafts drafts from q each, tested."""
+    p, q, num_drafts, r = _check(p, q, num_drafts, rule)
+    num_samples = check_int("num_samples", num_samples, minimum=1)
     generator = check_generator(generator)
-    engine = walk_sample if isinstance(r.verifier, Walk) else stages_sample
-    block = max(1, CHUNK // (p.numel() * (n + 1)))  # rows per block: i.i.d. drafts take n (V,) cumulative sums
-    return torch.cat([engine(p, q, n, r.verifier, min(block, size - s), generator) for s in range(0, size, block)])
+    block = max(1, CHUNK // (p.numel() * (num_drafts + 1)))  # rows per block: i.i.d. drafts take (V,) cumsums each
+    return torch.cat([step_sample(p, q, num_drafts=num_drafts, verifier=r.verifier, size=min(block, num_samples - s),
+                                  generator=generator).token for s in range(0, num_samples, block)])

@@ -1,11 +1,13 @@
 """Many drafts at one position, the mechanics: how drafts are drawn, how a verifier tests them, exactly and by sampling.
 
-A rule is a way of drawing n drafts from q (`draws`) and a verifier. A `Stages` verifier tests the drafts one at a
-time: draft i is kept with min(1, p_i(x)/r(x)) for the stage's draft distribution r, and after a rejection the
+A rule is a way of drawing num_drafts drafts from q (`draws`) and a verifier. A `Stages` verifier tests the drafts
+one at a time: draft i is kept with min(1, p_i(x)/r(x)) for the stage's draft distribution r, and after a rejection the
 target becomes the residual p_{i+1} = norm([p_i - r']_+); if every draft is rejected, the token comes from the last
 target. A `Walk` verifier draws one uniform u and walks it along the children's cumulative target mass.
 The exact law enumerates every draft tuple with positive probability and replaces each coin by its probability;
-the sampler flips the coins. Everything is float64; p and q arrive validated and normalised.
+the sampler flips the coins. Both keep a kept draft and the fallback apart (`node_outcomes`, `step_law`,
+`step_sample`): one position adds them, a tree node descends into the first and ends the round on the second.
+Everything is float64; p and q arrive validated and normalised.
 """
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ import torch
 
 from ._checks import check_choice
 from .sampling import accept_ratio, residual_weights, sample_rows
+
+__all__ = ["DRAWS", "STAGE_Q", "FINALS", "Stages", "Walk", "top_order", "count_outcomes", "draft_outcomes", "without",
+           "remove_tokens", "stage_q", "next_target", "pick", "stage", "final_target", "NodeOutcomes", "node_outcomes",
+           "StepLaw", "step_law", "draw_drafts", "distinct", "StepDraw", "step_sample"]
 
 DRAWS = ("iid", "without", "top")  # n independent draws from q | n draws without replacement | q's top n, in order
 STAGE_Q = ("q", "q_i", "q_next", "onehot")  # q itself | q without the earlier drafts | q_i without x_i too | e_{x_i}
@@ -55,27 +61,27 @@ def top_order(q: torch.Tensor) -> torch.Tensor:
     return order[q[order] > 0]
 
 
-def count_outcomes(q: torch.Tensor, n: int, draws: str) -> int:
+def count_outcomes(q: torch.Tensor, num_drafts: int, draws: str) -> int:
     """How many draft tuples have positive probability: m^n, m!/(m-n)!, or one (m = q's support)."""
     m = int((q > 0).sum())
     if draws == "iid":
-        return m ** n
+        return m ** num_drafts
     if draws == "without":
-        return math.perm(m, min(n, m))
+        return math.perm(m, min(num_drafts, m))
     return 1
 
 
-def draft_outcomes(q: torch.Tensor, n: int, draws: str) -> tuple[torch.Tensor, torch.Tensor]:
+def draft_outcomes(q: torch.Tensor, num_drafts: int, draws: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Every draft tuple with positive probability, rows (K, k) of token ids, and its probability (K,).
 
-    k = n, except without replacement or top-n when q's support m is smaller: then only m drafts exist.
+    k = num_drafts, except without replacement or top-n when q's support m is smaller: then only m drafts exist.
     """
     support = top_order(q).tolist()
     if draws == "top":
-        X = torch.tensor([support[:n]])  # (1, k): the children are fixed
+        X = torch.tensor([support[:num_drafts]])  # (1, k): the children are fixed
         return X, torch.ones(1, dtype=torch.float64)
-    k = min(n, len(support))
-    rows = itertools.product(support, repeat=n) if draws == "iid" else itertools.permutations(support, k)
+    k = min(num_drafts, len(support))
+    rows = itertools.product(support, repeat=num_drafts) if draws == "iid" else itertools.permutations(support, k)
     X = torch.tensor(list(rows), dtype=torch.long)  # (K, k)
     q_x = q[X]  # (K, k) q of each draft
     if draws == "iid":
@@ -132,40 +138,82 @@ def final_target(v: Stages, p: torch.Tensor, q: torch.Tensor, target: torch.Tens
     return target if v.final == "current" else next_target(p[None], q[None]).expand_as(target)
 
 
-def stages_law(p: torch.Tensor, q: torch.Tensor, n: int, v: Stages) -> tuple[torch.Tensor, float]:
-    """Exact law (V,) of the emitted token and P(some draft kept), summed over every draft tuple."""
-    X, weight = draft_outcomes(q, n, v.draws)  # (K, k), (K,)
+@dataclass(frozen=True)
+class NodeOutcomes:
+    """Every draft tuple of one step and, given it, what the verifier does: the one definition of a rule's test.
+
+    drafts (K, k) token ids; weight (K,) each tuple's probability; chance (K, k) P(stage i keeps draft i, every
+    earlier stage rejected | the drafts); fallback (K, V) P(every draft rejected and x emitted | the drafts).
+    """
+
+    drafts: torch.Tensor
+    weight: torch.Tensor
+    chance: torch.Tensor
+    fallback: torch.Tensor
+
+
+def _stages_outcomes(p, q, X, v: Stages) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chance (K, k), fallback (K, V)): one coin per stage, the residual updated after each rejection."""
     target, q_i = p.repeat(X.shape[0], 1), q.repeat(X.shape[0], 1)  # (K, V) this stage's target p_i and q_i
-    reach = torch.ones_like(weight)  # (K,) P(the drafts before this one were all rejected | the drafts)
-    law = torch.zeros_like(target)  # (K, V) law of the emitted token given the drafts
+    reach, cols = torch.ones(X.shape[0], dtype=torch.float64), []  # P(the drafts before this one all rejected)
     for x in X.T:  # (K,) draft i of every tuple
         a, target, q_i = stage(v, q, target, q_i, x)
-        law.scatter_add_(1, x[:, None], (reach * a)[:, None])
+        cols.append(reach * a)
         reach = reach * (1 - a)
-    law += reach[:, None] * final_target(v, p, q, target)
-    return weight @ law, float(weight @ (1 - reach))
+    return torch.stack(cols, dim=1), reach[:, None] * final_target(v, p, q, target)
 
 
-def walk_law(p: torch.Tensor, q: torch.Tensor, n: int, v: Walk) -> tuple[torch.Tensor, float]:
-    """Exact law (V,) of the walk and P(u lands on a child), summed over every draft tuple."""
-    X, weight = draft_outcomes(q, n, v.draws)  # (K, k), (K,)
+def _walk_outcomes(p, X) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chance (K, k), fallback (K, V)): one uniform walked along the children's target mass, else p without them."""
     hi = p[X].cumsum(-1).clamp(max=1.0)  # (K, k) where each child's slice of [0, 1) ends (a repeat adds a slice)
     lo = torch.cat([torch.zeros_like(hi[:, :1]), hi[:, :-1]], dim=1)  # (K, k) where it starts
-    law = torch.zeros(X.shape[0], p.numel(), dtype=torch.float64).scatter_add(1, X, hi - lo)  # (K, V)
     rest = remove_tokens(p.repeat(X.shape[0], 1), X)  # (K, V) p without the children
-    law += (1 - hi[:, -1:]) * rest / rest.sum(-1, keepdim=True)
-    return weight @ law, float(weight @ hi[:, -1])
+    return hi - lo, (1 - hi[:, -1:]) * rest / rest.sum(-1, keepdim=True)
 
 
-def draw_drafts(q: torch.Tensor, n: int, draws: str, size: int, generator) -> torch.Tensor:
-    """Drafts (size, k) for each of size steps; k < n only when draws without replacement exhaust q's support."""
+def node_outcomes(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Stages | Walk) -> NodeOutcomes:
+    """Every draft tuple with positive probability and, for each, the chance each stage keeps its draft and the
+    fallback: what a single position (multidraft_law) and a tree node (markov.tree, markov.tree_search) both read."""
+    X, weight = draft_outcomes(q, num_drafts, verifier.draws)  # (K, k), (K,)
+    walk = isinstance(verifier, Walk)
+    chance, fallback = _walk_outcomes(p, X) if walk else _stages_outcomes(p, q, X, verifier)
+    return NodeOutcomes(drafts=X, weight=weight, chance=chance, fallback=fallback)
+
+
+@dataclass(frozen=True)
+class StepLaw:
+    """One step's exact law, split: kept[x] = P(a draft x is kept), fallback[x] = P(all rejected, then x drawn)."""
+
+    kept: torch.Tensor
+    fallback: torch.Tensor
+
+    @property
+    def law(self) -> torch.Tensor:
+        """The emitted token's law (V,): kept + fallback."""
+        return self.kept + self.fallback
+
+    @property
+    def accept(self) -> float:
+        """P(some draft is kept)."""
+        return float(self.kept.sum())
+
+
+def step_law(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Stages | Walk) -> StepLaw:
+    """The exact law of one step, its kept child and its fallback apart, summed over every draft tuple."""
+    o = node_outcomes(p, q, num_drafts=num_drafts, verifier=verifier)
+    kept = torch.zeros(o.drafts.shape[0], p.numel(), dtype=torch.float64).scatter_add_(1, o.drafts, o.chance)
+    return StepLaw(kept=o.weight @ kept, fallback=o.weight @ o.fallback)
+
+
+def draw_drafts(q: torch.Tensor, num_drafts: int, draws: str, size: int, generator) -> torch.Tensor:
+    """Drafts (size, k) for each of size steps; k < num_drafts only when drawing without replacement exhausts q."""
     if draws == "top":
-        return top_order(q)[:n].expand(size, -1)
+        return top_order(q)[:num_drafts].expand(size, -1)
     if draws == "iid":  # inverse CDF against one cumulative sum, as sample_rows does row by row
         cdf = q.cumsum(0)  # (V,)
-        u = torch.rand(size, n, dtype=torch.float64, generator=generator)
-        return torch.searchsorted(cdf, u * cdf[-1], right=True)  # (size, n)
-    k = min(n, int((q > 0).sum()))
+        u = torch.rand(size, num_drafts, dtype=torch.float64, generator=generator)
+        return torch.searchsorted(cdf, u * cdf[-1], right=True)  # (size, num_drafts)
+    k = min(num_drafts, int((q > 0).sum()))
     return torch.multinomial(q.expand(size, -1), k, replacement=False, generator=generator)  # as EAGLE-1 drafts
 
 
@@ -175,32 +223,47 @@ def distinct(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return present.nonzero().squeeze(1), (present.cumsum(0) - 1)[keys]
 
 
-def stages_sample(p: torch.Tensor, q: torch.Tensor, n: int, v: Stages, size: int, generator) -> torch.Tensor:
-    """size tokens (size,): draw drafts, flip one coin per stage until one is kept, else draw from the last target.
+@dataclass(frozen=True)
+class StepDraw:
+    """size independent steps: the emitted tokens (size,), and kept (size,) True where a draft was kept."""
+
+    token: torch.Tensor
+    kept: torch.Tensor
+
+
+def _stages_draw(p, q, X, v: Stages, generator) -> StepDraw:
+    """One coin per stage until one is kept, else a draw from the last target.
 
     The stage state (target, q_i) depends only on the drafts so far, so it is kept once per distinct draft history.
     """
-    X = draw_drafts(q, n, v.draws, size, generator)  # (size, k)
-    V = p.numel()
+    size, V = X.shape[0], p.numel()
     h = torch.zeros(size, dtype=torch.long)  # each step's draft history, a row of the state tables
     target, q_i = p[None], q[None]  # (H, V) one row per distinct history
     out = torch.full((size,), -1, dtype=torch.long)
     for x in X.T:  # (size,) draft i of every step
         pairs, h = distinct(h * V + x)  # the (history, draft) pairs that occur, and each step's pair
         a, target, q_i = stage(v, q, target[pairs // V], q_i[pairs // V], pairs % V)
-        kept = (out < 0) & (torch.rand(size, dtype=torch.float64, generator=generator) < a[h])
-        out = torch.where(kept, x, out)
-    left = out < 0  # every draft rejected
-    out[left] = sample_rows(final_target(v, p, q, target)[h[left]], generator)
-    return out
+        keep = (out < 0) & (torch.rand(size, dtype=torch.float64, generator=generator) < a[h])
+        out = torch.where(keep, x, out)
+    kept = out >= 0
+    out[~kept] = sample_rows(final_target(v, p, q, target)[h[~kept]], generator)
+    return StepDraw(token=out, kept=kept)
 
 
-def walk_sample(p: torch.Tensor, q: torch.Tensor, n: int, v: Walk, size: int, generator) -> torch.Tensor:
-    """size tokens (size,): one uniform per token walked along the children's target mass, else p without them."""
-    X = draw_drafts(q, n, v.draws, size, generator)  # (size, k)
-    u = torch.rand(size, 1, dtype=torch.float64, generator=generator)
+def _walk_draw(p, X, generator) -> StepDraw:
+    """One uniform per step walked along the children's target mass, else a draw from p without them."""
+    u = torch.rand(X.shape[0], 1, dtype=torch.float64, generator=generator)
     slot = (p[X].cumsum(-1) <= u).sum(-1)  # (size,) first child whose slice holds u; k when u is past them all
     out = X.gather(1, slot.clamp(max=X.shape[1] - 1)[:, None]).squeeze(1)
-    beyond = slot == X.shape[1]
-    out[beyond] = sample_rows(remove_tokens(p.repeat(int(beyond.sum()), 1), X[beyond]), generator)
-    return out
+    kept = slot < X.shape[1]
+    out[~kept] = sample_rows(remove_tokens(p.repeat(int((~kept).sum()), 1), X[~kept]), generator)
+    return StepDraw(token=out, kept=kept)
+
+
+def step_sample(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Stages | Walk, size: int,
+                generator) -> StepDraw:
+    """size independent steps: draw the drafts as the rule draws them, test them; tokens and kept flags apart."""
+    X = draw_drafts(q, num_drafts, verifier.draws, size, generator)  # (size, k)
+    if isinstance(verifier, Walk):
+        return _walk_draw(p, X, generator)
+    return _stages_draw(p, q, X, verifier, generator)

@@ -7,6 +7,8 @@ import torch
 
 from ._checks import check_distribution, check_int, check_real
 
+__all__ = ["DELTA", "tv_noise_bound", "tv_noise_mean", "rate_noise"]
+
 DELTA = 1e-6  # the chance a correct sampler may exceed a threshold
 
 

@@ -14,6 +14,9 @@ from ._checks import (
     check_token_ids,
 )
 
+__all__ = ["SAMPLER_MODES", "sample_rows", "sample_from", "residual_weights", "residual", "accept_ratio",
+           "acceptance_probability", "speculative_sample", "empirical", "total_variation", "overlap", "post_pair"]
+
 # Single-position samplers: the honest one and the negative controls a test must reject.
 SAMPLER_MODES = {
     "correct": "accept with min(1, p/q), resample from the normalised residual [p - q]_+",
@@ -23,15 +26,30 @@ SAMPLER_MODES = {
 
 
 def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One draw per row of non-negative weights (..., V) by inverse CDF; rows need not be normalised."""
+    """One draw per row of non-negative weights (..., V) by inverse CDF; rows need not be normalised.
+
+    Only the type, the shape and the generator are checked (this runs inside the decoders' loops)."""
+    weights = check_tensor("weights", weights)
+    if weights.dim() < 1 or weights.shape[-1] == 0:
+        raise ValueError(f"weights must have a non-empty last axis, got shape {tuple(weights.shape)}")
+    check_generator(generator)
     cdf = weights.to(torch.float64).cumsum(-1)  # (..., V)
     u = torch.rand(cdf.shape[:-1] + (1,), dtype=torch.float64, generator=generator, device=cdf.device)
     # count of cdf entries <= u * total: a zero-weight token never owns an interval, and u < 1 keeps it < V
     return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)  # (...,)
 
 
-def sample_from(p: torch.Tensor, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """n independent draws from one distribution p (V,)."""
+def sample_from(p: torch.Tensor, *, num_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """num_samples independent draws from one distribution p (V,) -> LongTensor (num_samples,)."""
+    p = check_distribution("p", p)
+    if p.dim() != 1:
+        raise ValueError(f"p must be one distribution of shape (V,), got shape {tuple(p.shape)}")
+    num_samples = check_int("num_samples", num_samples, minimum=0)
+    return _draw(p, num_samples, check_generator(generator))
+
+
+def _draw(p: torch.Tensor, n: int, generator: torch.Generator | None) -> torch.Tensor:
+    """n inverse-CDF draws from p (V,), unchecked."""
     return sample_rows(p.expand(n, p.shape[-1]), generator)  # (n,)
 
 
@@ -66,14 +84,14 @@ def acceptance_probability(p: torch.Tensor, q: torch.Tensor, x) -> torch.Tensor:
     return accept_ratio(p[x], q_x)
 
 
-def speculative_sample(p: torch.Tensor, q: torch.Tensor, n: int, generator: torch.Generator | None = None,
-                       *, mode: str = "correct") -> torch.Tensor:
-    """n tokens from one speculative step: propose x ~ q, keep with min(1, p/q), else draw from the residual."""
+def speculative_sample(p: torch.Tensor, q: torch.Tensor, *, num_samples: int,
+                       generator: torch.Generator | None = None, mode: str = "correct") -> torch.Tensor:
+    """num_samples tokens, each from one speculative step: propose x ~ q, keep with min(1, p/q), else the residual."""
     p, q = check_pair(p, q)
-    n = check_int("n", n, minimum=1)
+    n = check_int("num_samples", num_samples, minimum=1)
     check_choice("mode", mode, tuple(SAMPLER_MODES))
     generator = check_generator(generator)
-    x = sample_from(q, n, generator)  # (n,) proposals
+    x = _draw(q, n, generator)  # (n,) proposals
     if mode == "always_accept":
         return x
     keep = torch.rand(n, dtype=torch.float64, generator=generator) < accept_ratio(p[x], q[x]).double()  # (n,)
@@ -81,7 +99,7 @@ def speculative_sample(p: torch.Tensor, q: torch.Tensor, n: int, generator: torc
     out = x.clone()
     n_rej = int((~keep).sum())
     if n_rej:
-        out[~keep] = sample_from(fallback, n_rej, generator)
+        out[~keep] = _draw(fallback, n_rej, generator)
     return out
 
 

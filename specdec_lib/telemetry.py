@@ -13,6 +13,8 @@ import torch
 from ._checks import check_int, check_real
 from .verification import accepted_prefix
 
+__all__ = ["SpecDecodeSummary", "SpecDecodeLog", "accepted_counts", "emitted_until_eos"]
+
 
 def _seconds(name: str, x) -> float:
     """A finite duration in seconds, >= 0."""
@@ -209,6 +211,13 @@ def accepted_counts(accept_flags: torch.Tensor, *, causal: bool = True) -> torch
 def emitted_until_eos(tokens: torch.Tensor, accepted: torch.Tensor, eos: int) -> torch.Tensor:
     """Tokens a round really retires (R,) when generation stops at EOS: rows of tokens (R, k+1) hold the committed
     tokens of each round (accepted proposals, then the target's token); an EOS among them ends the output there."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
+        raise TypeError("tokens must be an integer tensor of shape (rounds, k+1)")
+    if not isinstance(accepted, torch.Tensor) or accepted.shape != tokens.shape[:1] or accepted.is_floating_point():
+        raise TypeError(f"accepted must be an integer tensor of shape (rounds,) = ({tokens.shape[0]},)")
+    if ((accepted < 0) | (accepted >= tokens.shape[1])).any():
+        raise ValueError(f"accepted must lie in 0..k = 0..{tokens.shape[1] - 1}")
+    eos = check_int("eos", eos, minimum=0)
     slots = torch.arange(tokens.shape[1])  # (k+1,)
     committed = slots[None, :] <= accepted[:, None]  # (R, k+1)
     hit = (tokens == eos) & committed

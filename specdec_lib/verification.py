@@ -8,6 +8,9 @@ import torch
 from ._checks import check_distribution, check_generator, check_token_ids
 from .sampling import accept_ratio, residual_weights, sample_rows
 
+__all__ = ["Verdict", "BlockVerdicts", "accepted_prefix", "verify_batch", "commit_tokens", "verify_block",
+           "verify_blocks", "greedy_batch", "verify_greedy"]
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -15,6 +18,14 @@ class Verdict:
 
     accepted: int
     tokens: torch.Tensor  # (accepted + 1,) committed tokens
+
+
+@dataclass(frozen=True)
+class BlockVerdicts:
+    """Outcome of verifying n blocks at once: proposals kept per block, and the committed tokens of each."""
+
+    accepted: torch.Tensor  # (n,) accepted proposals per block
+    tokens: torch.Tensor  # (n, k+1) committed tokens, padded with -1 after the accepted + 1 committed ones
 
 
 def accepted_prefix(ok: torch.Tensor) -> torch.Tensor:
@@ -83,12 +94,12 @@ def verify_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Te
 
 
 def verify_blocks(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
-                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Verify n blocks at once: (accepted (n,), tokens (n, k+1) padded with -1 after the committed ones)."""
+                  generator: torch.Generator | None = None) -> BlockVerdicts:
+    """Verify n blocks at once: BlockVerdicts(accepted (n,), tokens (n, k+1) padded with -1 after the committed)."""
     p_rows, q_rows, proposals = _check_block(p_rows, q_rows, proposals, batched=True)
     generator = check_generator(generator)
     accepted, nxt = verify_batch(p_rows, q_rows, proposals, generator)
-    return accepted, commit_tokens(proposals, accepted, nxt)
+    return BlockVerdicts(accepted=accepted, tokens=commit_tokens(proposals, accepted, nxt))
 
 
 def greedy_batch(p_rows: torch.Tensor, proposals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,7 +24,7 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked slow are skipped unless the -m expression names them (make test-student: -m slow)."""
     if "slow" in (config.getoption("markexpr") or ""):
         return
-    skip = pytest.mark.skip(reason="slow: run by `make test-student` (pytest -m slow tests/test_student.py)")
+    skip = pytest.mark.skip(reason="slow: run by `make test-student` (pytest -m slow tests/course/test_student.py)")
     for item in items:
         if item.get_closest_marker("slow"):
             item.add_marker(skip)

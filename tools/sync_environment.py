@@ -2,7 +2,7 @@
 """Rewrite environment.yml (conda) from requirements.lock so that both carry the same pins.
 
 Usage: python tools/sync_environment.py [LOCK] [ENVIRONMENT_YML]   (defaults: requirements.lock environment.yml)
-`make lock` runs it after regenerating the lock. tests/test_environment.py checks the two agree.
+`make lock` runs it after regenerating the lock. tests/repo/test_environment.py checks the two agree.
 Standard library only, so it runs with any python3.
 """
 from __future__ import annotations

@@ -5,8 +5,8 @@ sorted by name, read as bytes (vocabulary 256); every 10th file is held out for 
 (specdec_lib.lab.corpus). Both models are trained from fixed seeds with fixed step counts on the CPU,
 so a rerun reproduces the weights bit for bit only with the same Python version (the standard library's
 files differ between versions), the same torch version and the same thread count (TRAIN_THREADS).
-Writes specdec_lib/lab/weights/pair.pt (target and draft: float16 weights and both configs; sd.load_pair()) and
-specdec_lib/lab/weights/draft_deep.pt (a 2-layer draft of width 64, the same format; sd.load_draft("draft_deep")).
+Writes specdec_lib/lab/weights/pair.pt (target and draft: float16 weights and both configs; sd.lab.load_pair()) and
+specdec_lib/lab/weights/draft_deep.pt (a 2-layer draft of width 64, the same format; sd.lab.load_draft("draft_deep")).
 
 usage: python tools/train_models.py [--steps-scale X] [--models target,draft,draft_deep]
        (X < 1 for a quick smoke run; writes nothing unless --out; --models draft_deep leaves pair.pt alone)

@@ -4,7 +4,7 @@ A convention names what the user's function takes and returns:
   probs         fn(p_rows (k+1, V), q_rows (k, V), proposals (k,), generator) -> (accepted, tokens) or a Verdict
   logits        the same with log-probabilities (-inf where a probability is zero) in place of p_rows and q_rows
   batched       fn(p (n, k+1, V), q (n, k, V), proposals (n, k), generator) -> (accepted (n,), tokens (n, k+1))
-                with tokens padded by -1 after the committed ones, as sd.verify_blocks returns them
+                with tokens padded by -1 after the committed ones, or a BlockVerdicts (sd.verify_blocks' result)
   transformers  fn(candidate_input_ids (1, 1+k), candidate_logits (1, k, V), candidate_length, new_logits
                 (1, k+1, V)) -> (valid_tokens (1, a+1), n_matches), as transformers' _speculative_sampling; it
                 draws from torch's global generator, so each call runs in torch.random.fork_rng seeded from ours
@@ -16,6 +16,8 @@ from collections.abc import Callable
 import torch
 
 from .._checks import check_choice
+
+__all__ = ["CONVENTIONS", "PAD", "adapt", "parse_block", "log_probs", "per_block", "from_transformers"]
 
 CONVENTIONS = ("probs", "logits", "batched", "transformers")
 PAD = -1

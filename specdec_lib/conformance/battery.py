@@ -16,13 +16,34 @@ from dataclasses import dataclass
 
 import torch
 
+from .._checks import check_int, check_real
 from ..noise import tv_noise_bound
 from ..sampling import post_pair
 from .laws import target_law
 
+__all__ = ["EPSILON", "BETA", "DELTA", "Promise", "PROMISE", "Case", "battery", "Power", "power"]
+
 EPSILON = 0.15  # the smallest TV (per case, on the completed law) the kit promises to catch
 BETA = 1e-3  # the chance, per case, of missing a verifier that far off
 DELTA = 1e-3  # the chance that a correct verifier fails the whole report
+
+
+@dataclass(frozen=True)
+class Promise:
+    """What a report promises: a case epsilon TV off is caught with probability 1 - beta; a correct verifier
+    fails the whole report with probability at most delta. Validated on construction."""
+
+    epsilon: float = EPSILON
+    beta: float = BETA
+    delta: float = DELTA
+
+    def __post_init__(self) -> None:
+        check_real("epsilon", self.epsilon, low=0.0, high=1.0, low_open=True)
+        check_real("beta", self.beta, low=0.0, high=1.0, low_open=True, high_open=True)
+        check_real("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
+
+
+PROMISE = Promise()  # the kit's default: EPSILON, BETA, DELTA
 
 
 @dataclass(frozen=True)
@@ -90,12 +111,19 @@ class Power:
         return 1.0 - math.exp(-2 * self.n * (tv - margin) ** 2) if tv > margin else 0.0
 
 
-def power(case: Case, *, n: int | None, cases: int, epsilon: float = EPSILON, beta: float = BETA,
-          delta: float = DELTA) -> Power:
-    """Sample size (unless n is given) and threshold of one case, from the calculation in this module's docstring."""
+def power(case: Case, *, num_blocks: int | None = None, cases: int, promise: Promise = PROMISE) -> Power:
+    """Sample size (num_blocks, unless given) and threshold of one case, from the calculation in this module's
+    docstring; `cases` is the number of cases the report's delta is shared among."""
+    if not isinstance(case, Case):
+        raise TypeError(f"case must be a Case, got {type(case).__name__}")
+    if not isinstance(promise, Promise):
+        raise TypeError(f"promise must be a Promise, got {type(promise).__name__}")
+    cases = check_int("cases", cases, minimum=1)
+    n = None if num_blocks is None else check_int("num_blocks", num_blocks, minimum=1)
+    eps, beta, delta = promise.epsilon, promise.beta, promise.delta
     pi = target_law(case.p_rows).reshape(-1)
     M = pi.numel()
     c = tv_noise_bound(pi, 1, delta / cases) + 0.5 * math.sqrt(M - 1) + math.sqrt(math.log(1 / beta) / 2)
-    n = math.ceil((c / epsilon) ** 2) if n is None else n
+    n = math.ceil((c / eps) ** 2) if n is None else n
     floor = 0.5 * torch.sqrt(pi * (1 - pi) / n).sum().item()
     return Power(n=n, threshold=tv_noise_bound(pi, n, delta / cases), floor=floor, detectable=c / math.sqrt(n))

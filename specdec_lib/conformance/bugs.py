@@ -1,10 +1,11 @@
-"""The verification bugs of the field guide, each as a verifier of one block, with the rule behind its exact law.
+"""The verification bugs of the field guide, each as a verifier of one block, with the spec behind its exact law.
 
-Each `KnownVerifier` pairs a batched sampler (what the buggy code does, draw by draw) with the `Rule` that
+Each `KnownVerifier` pairs a batched sampler (what the buggy code does, draw by draw) with the `DecoderSpec` that
 laws.block_law enumerates: the kit diagnoses a failure by the nearest of these laws, and tests that each sampler
-lands on its own law. The field guide's bugs are picked by name from the registry (sd.failure_modes()); the
-post's tempting rule and match acceptance are the kit's own. Every sampler takes p (n, k+1, V), q (n, k, V),
-proposals (n, k) and a generator, and returns (accepted (n,), tokens (n, k+1) padded with -1), as sd.verify_blocks.
+lands on its own law. The field guide's bugs are the registry's specs, picked by name (markov.registry.MODES);
+the post's tempting rule and match acceptance are the kit's own, DecoderSpec values too. Every sampler takes
+p (n, k+1, V), q (n, k, V), proposals (n, k) and a generator, and returns (accepted (n,), tokens (n, k+1) padded
+with -1), as sd.verify_blocks. What each spec value means is markov/semantics.py's, shared with every engine.
 """
 from __future__ import annotations
 
@@ -13,43 +14,59 @@ from dataclasses import dataclass
 
 import torch
 
-from ..markov.registry import failure_modes
-from ..sampling import accept_ratio, residual_weights, sample_rows
+from ..markov.registry import MODES
+from ..markov.semantics import acceptance, fix_uniform, match_law, residual_weights
+from ..markov.spec import DecoderSpec
+from ..sampling import sample_rows
 from ..verification import accepted_prefix, commit_tokens
-from .laws import Rule
+from .laws import block_rule, bonus_rows, judge_rows, ratio_rows
+
+__all__ = ["KnownVerifier", "FIELD_GUIDE", "EXACT", "known_verifiers", "rule_verifier"]
 
 
-def rule_verifier(rule: Rule) -> Callable:
-    """A batched verifier that does what `rule` says, with the randomness a real implementation would use."""
+def _inverse_cdf(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Tokens (n,) drawn from weights w (n, V) at uniforms u (n,): the last token with weight owns the top of [0, 1)."""
+    cdf = (w / w.sum(-1, keepdim=True)).cumsum(-1)  # (n, V)
+    last = (w > 0).long().cumsum(-1).argmax(-1)  # (n,) the last token with weight
+    return torch.searchsorted(cdf, u.reshape(-1, 1), right=True).squeeze(-1).minimum(last)  # (n,)
+
+
+def _kept_chance(spec: DecoderSpec, pj: torch.Tensor, qj: torch.Tensor, proposals: torch.Tensor) -> torch.Tensor:
+    """(n, k) the chance each proposal is kept: semantics' acceptance at y_j, the first slot as verify_first says."""
+    a = torch.cat([acceptance(spec, pj[:, :1], qj[:, :1], first=True), acceptance(spec, pj[:, 1:], qj[:, 1:])], 1)
+    return a.gather(-1, proposals[..., None]).squeeze(-1)  # (n, k)
+
+
+def _rejection_draw(spec: DecoderSpec, p: torch.Tensor, q: torch.Tensor, y: torch.Tensor, u_test: torch.Tensor,
+                    generator) -> torch.Tensor:
+    """Tokens (n,) a rejection of y (n,) emits from rows p, q (n, V): under match the target's own sample given
+    that it differs from y; else the residual, drawn at the uniform semantics names (fresh, or the rejected test's
+    u_test (n,), which a reused uniform reads)."""
+    y_hot = torch.nn.functional.one_hot(y, p.shape[-1]).double()  # (n, V)
+    if spec.acceptance == "match":
+        return sample_rows(match_law(p, y_hot), generator)
+    fresh = torch.rand(y.shape[0], dtype=torch.float64, generator=generator) if spec.residual_uniform == "fresh" \
+        else None  # drawn only when read: a reused uniform leaves the generator's stream as the bug does
+    return _inverse_cdf(residual_weights(spec, p, q, y_hot), fix_uniform(spec, u_test, fresh))
+
+
+def rule_verifier(spec: DecoderSpec) -> Callable:
+    """A batched verifier that does what `spec` says, with the randomness a real implementation would use."""
+    spec = block_rule(spec)
 
     def verify(p: torch.Tensor, q: torch.Tensor, proposals: torch.Tensor, generator=None):
         n, k = proposals.shape
         rows = torch.arange(n)
-        pj = p[:, 1:] if rule.judge == "off_by_one" else p[:, :k]  # (n, k) target row judging each proposal
-        qj = q.roll(1, dims=1) if rule.q_row == "rolled" else q  # (n, k, V) draft row the verifier believes
-        p_x = pj.gather(-1, proposals[..., None]).squeeze(-1).double()  # (n, k)
-        q_x = qj.gather(-1, proposals[..., None]).squeeze(-1).double()  # (n, k)
-        a = p_x if rule.accept == "target_prob" else accept_ratio(p_x, q_x)  # (n, k) acceptance probabilities
-        if rule.accept == "always_first":
-            a[:, 0] = 1.0
+        pj, qj = judge_rows(spec, p), ratio_rows(spec, q)  # (n, k, V) the rows judging / believed for each proposal
+        a = _kept_chance(spec, pj, qj, proposals)  # (n, k)
         u = torch.rand(n, k, dtype=torch.float64, generator=generator)  # (n, k)
         accepted = accepted_prefix(u < a)  # (n,)
         slot = accepted.clamp(max=k - 1)  # (n,) the rejected slot (meaningless after a full block)
         p_at, q_at, y_at = pj[rows, slot].double(), qj[rows, slot].double(), proposals[rows, slot]  # (n, V) (n, V) (n,)
-        w = {"normalised": lambda: residual_weights(p_at, q_at),
-             "softmax": lambda: torch.exp(torch.clamp(p_at - q_at, min=0)),
-             "target": lambda: p_at,
-             "single_token": lambda: p_at.scatter(1, y_at[:, None], 0.0)}[rule.residual]()  # (n, V)
-        w = torch.where(w.sum(-1, keepdim=True) > 0, w, p_at)
-        if rule.uniform == "reused":  # inverse CDF at the acceptance uniform, which is U(a, 1) given the rejection
-            cdf = (w / w.sum(-1, keepdim=True)).cumsum(-1)  # (n, V)
-            last = (w > 0).long().cumsum(-1).argmax(-1)  # (n,) the last token with weight
-            fix = torch.searchsorted(cdf, u[rows, slot][:, None], right=True).squeeze(-1).minimum(last)  # (n,)
-        else:
-            fix = sample_rows(w, generator)  # (n,)
-        bonus = sample_rows(p[:, k] if rule.bonus == "target" else q[:, k - 1], generator)  # (n,)
+        fix = _rejection_draw(spec, p_at, q_at, y_at, u[rows, slot], generator)  # (n,)
+        bonus = sample_rows(bonus_rows(spec, p, q), generator)  # (n,)
         nxt = torch.where(accepted < k, fix, bonus)  # (n,)
-        kept = accepted + ((accepted < k) & rule.keep_rejected).long()  # (n,) proposals written before nxt
+        kept = accepted + ((accepted < k) & spec.keep_rejected).long()  # (n,) proposals written before nxt
         return accepted, commit_tokens(proposals, kept, nxt)
 
     return verify
@@ -57,39 +74,33 @@ def rule_verifier(rule: Rule) -> Callable:
 
 @dataclass(frozen=True)
 class KnownVerifier:
-    """A verifier the kit knows: its name, rule, one-line story and reference; `verify` samples it (batched)."""
+    """A verifier the kit knows: its name, spec, one-line story and reference; `verify` samples it (batched)."""
 
     name: str
-    rule: Rule
+    spec: DecoderSpec
     description: str
     reference: str
 
+    def __post_init__(self) -> None:
+        block_rule(self.spec)
+
     @property
     def verify(self) -> Callable:
-        return rule_verifier(self.rule)
+        return rule_verifier(self.spec)
 
     @property
     def exact(self) -> bool:
         return self.name in EXACT
 
 
-# field-guide mode -> the rule of its one-block version (selected by name: new registry entries do not appear here)
-_FIELD_GUIDE = {
-    "softmax_residual": Rule(residual="softmax"),
-    "target_on_reject": Rule(residual="target"),
-    "reused_uniform": Rule(uniform="reused"),
-    "single_token_residual": Rule(residual="single_token"),
-    "off_by_one": Rule(judge="off_by_one"),
-    "bonus_from_draft": Rule(bonus="draft"),
-    "mismatched_q": Rule(q_row="rolled"),
-    "rejected_kept": Rule(keep_rejected=True),
-    "first_unverified": Rule(accept="always_first"),
-}
+# the field guide's verification bugs, read from the registry by name (new registry entries do not appear here)
+FIELD_GUIDE = ("softmax_residual", "target_on_reject", "reused_uniform", "single_token_residual", "off_by_one",
+               "bonus_from_draft", "mismatched_q", "rejected_kept", "first_unverified")
 _OWN = [
-    ("tempting", Rule(accept="target_prob", residual="target"),
+    ("tempting", DecoderSpec(acceptance="target_prob", residual="target"),
      "the tempting rule: keep a proposal as often as the target would pick it (p(y)), else draw from p",
      "the post, Act I (as the course reads it)"),
-    ("match_acceptance", Rule(accept="target_prob", residual="single_token"),
+    ("match_acceptance", MODES["match_acceptance"].spec,
      "keep y with probability p(y), else draw from p without y: the one-hot path; exact, and it accepts less",
      "vLLM #40149 (q passed as None); course notes: match-based acceptance"),
 ]
@@ -98,8 +109,6 @@ EXACT = ("correct", "match_acceptance")
 
 def known_verifiers() -> list[KnownVerifier]:
     """The correct rule first, then every verification bug (field guide, then the post's), then match acceptance."""
-    modes = {m.name: m for m in failure_modes()}
-    out = [KnownVerifier("correct", Rule(), modes["correct"].description, modes["correct"].reference)]
-    out += [KnownVerifier(name, rule, modes[name].description, modes[name].reference)
-            for name, rule in _FIELD_GUIDE.items()]
+    out = [KnownVerifier(name, MODES[name].spec, MODES[name].description, MODES[name].reference)
+           for name in ("correct", *FIELD_GUIDE)]
     return out + [KnownVerifier(*row) for row in _OWN]

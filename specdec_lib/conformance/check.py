@@ -1,4 +1,4 @@
-"""check_verifier and check_drafter: drive a function on the battery and compare what it commits with exact laws."""
+"""audit_verifier and audit_drafter: drive a function on the battery and compare what it commits with exact laws."""
 from __future__ import annotations
 
 import functools
@@ -7,20 +7,23 @@ from collections.abc import Callable
 
 import torch
 
-from .._checks import check_generator, check_int, check_real
-from ..markov.q_contract import check_q_contract
+from .._checks import check_generator, check_int
+from ..markov.q_contract import audit_q_contract
 from ..sampling import sample_rows
+from ..verification import BlockVerdicts
 from .adapters import PAD, adapt
-from .battery import BETA, DELTA, EPSILON, Case, battery, power
+from .battery import PROMISE, Case, Promise, battery, power
 from .bugs import EXACT, known_verifiers
 from .laws import block_law, complete, target_law
-from .report import CaseResult, DrafterReport, Report
+from .report import CaseResult, DrafterReport, VerifierReport
+
+__all__ = ["audit_verifier", "audit_drafter", "committed_law", "DRAFT_LOGITS"]
 
 
 @functools.lru_cache(maxsize=1)
 def _laws() -> tuple[tuple[Case, torch.Tensor, dict[str, torch.Tensor]], ...]:
     """Per case: the case, its target law, and every known verifier's exact completed law (computed once)."""
-    return tuple((c, target_law(c.p_rows), {kv.name: complete(block_law(kv.rule, c.p_rows, c.q_rows), c.p_rows)
+    return tuple((c, target_law(c.p_rows), {kv.name: complete(block_law(kv.spec, c.p_rows, c.q_rows), c.p_rows)
                                             for kv in known_verifiers()}) for c in battery())
 
 
@@ -49,8 +52,10 @@ def _run(verify: Callable, case: Case, n: int, generator: torch.Generator):
     q = case.q_rows.expand(n, *case.q_rows.shape)  # (n, k, V)
     proposals = sample_rows(q, generator)  # (n, k)
     out = verify(p, q, proposals, generator)
+    if isinstance(out, BlockVerdicts):  # sd.verify_blocks' result: the same pair, by name
+        out = (out.accepted, out.tokens)
     if not (isinstance(out, tuple) and len(out) == 2 and all(isinstance(x, torch.Tensor) for x in out)):
-        raise TypeError("a batched verifier must return (accepted (n,), tokens (n, k+1)) tensors")
+        raise TypeError("a batched verifier must return (accepted (n,), tokens (n, k+1)) tensors or a BlockVerdicts")
     accepted, tokens = out
     if accepted.shape != (n,) or tokens.dim() != 2 or tokens.shape[0] != n:
         raise ValueError(f"a batched verifier must return accepted (n,) and tokens (n, k+1) for n = {n}, "
@@ -58,54 +63,62 @@ def _run(verify: Callable, case: Case, n: int, generator: torch.Generator):
     return accepted.long(), tokens.long(), proposals
 
 
-def check_verifier(fn: Callable, *, convention: str = "probs", seed: int = 0, n: int | None = None,
-                   epsilon: float = EPSILON, beta: float = BETA, delta: float = DELTA, subject: str | None = None,
-                   generator: torch.Generator | None = None) -> Report:
-    """Check a block verifier on the battery: each case's committed law against a correct verifier's exact one.
+def _subject(fn: Callable, subject: str | None) -> str:
+    return subject or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
-    n (blocks per case) defaults to the power calculation's size for epsilon and beta; delta bounds the chance
-    that a correct verifier fails. Randomness comes from `generator`, or a fresh one seeded with `seed`.
+
+def _nearest(dist: dict[str, float]) -> str:
+    """The inexact known verifier nearest to a law (ties, equal exact laws, go to the first)."""
+    return min((name for name in dist if name not in EXACT), key=lambda name: round(dist[name], 9))
+
+
+def audit_verifier(fn: Callable, *, convention: str = "probs", seed: int = 0, num_blocks: int | None = None,
+                   promise: Promise = PROMISE, subject: str | None = None,
+                   generator: torch.Generator | None = None) -> VerifierReport:
+    """Audit a block verifier on the battery: each case's committed law against a correct verifier's exact one.
+
+    num_blocks (per case) defaults to the power calculation's size for promise.epsilon and promise.beta;
+    promise.delta bounds the chance that a correct verifier fails. Randomness comes from `generator`, or a fresh
+    one seeded with `seed`. Returns the report; assert_conformant raises on a failure.
     """
     verify = adapt(fn, convention)
     seed = check_int("seed", seed, minimum=0)
-    n = None if n is None else check_int("n", n, minimum=1)
-    epsilon = check_real("epsilon", epsilon, low=0.0, high=1.0, low_open=True)
-    beta = check_real("beta", beta, low=0.0, high=1.0, low_open=True, high_open=True)
-    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    num_blocks = None if num_blocks is None else check_int("num_blocks", num_blocks, minimum=1)
+    if not isinstance(promise, Promise):
+        raise TypeError(f"promise must be a Promise (epsilon, beta, delta), got {type(promise).__name__}")
     generator = check_generator(generator) or torch.Generator().manual_seed(seed)
     laws, results = _laws(), []
     totals = dict.fromkeys(laws[0][2], 0.0)  # known verifier -> summed TV to the empirical laws
     for case, exact, known in laws:
-        pw = power(case, n=n, cases=len(laws), epsilon=epsilon, beta=beta, delta=delta)
+        pw = power(case, num_blocks=num_blocks, cases=len(laws), promise=promise)
         emp, outside, violations = committed_law(case, *_run(verify, case, pw.n, generator))
         dist = {name: _tv(emp, law, outside) for name, law in known.items()}
         for name, d in dist.items():
             totals[name] += d
-        wrong = [name for name in dist if name not in EXACT]
-        nearest = min(wrong, key=lambda name: round(dist[name], 9))  # ties (equal exact laws) go to the first
+        nearest = _nearest(dist)
         results.append(CaseResult(case.name, case.k, case.V, pw.n, _tv(emp, exact, outside), pw.threshold, pw.floor,
                                   pw.detectable, violations, nearest, dist[nearest]))
     wrong = {kv.name: kv for kv in known_verifiers() if not kv.exact}
-    best = min(wrong, key=lambda name: round(totals[name], 9))
+    best = _nearest(totals)
     diagnosis = "" if all(c.passed for c in results) else f"{best}: {wrong[best].description} ({wrong[best].reference})"
-    name = subject or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-    return Report(name, tuple(results), epsilon, beta, delta, diagnosis, sized=n is None)
+    return VerifierReport(_subject(fn, subject), tuple(results), promise, diagnosis, sized=num_blocks is None)
 
 
 DRAFT_LOGITS = torch.tensor([[2.0, 1.0, 0.0, -1.0], [0.0, 0.0, 0.0, 0.0],
                              [3.0, 2.9, -2.0, -2.0], [-1.0, 0.5, 1.0, 0.2]])  # (V, V): one logits row per draft state
 
 
-def check_drafter(fn: Callable, *, n: int = 4000, seed: int = 0, subject: str | None = None,
+def audit_drafter(fn: Callable, *, num_samples: int = 4000, seed: int = 0, subject: str | None = None,
                   generator: torch.Generator | None = None) -> DrafterReport:
-    """The q contract: fn(logits (V,), n, generator) -> (tokens (n,), q (V,)) must sample tokens from the q it reports.
+    """The q contract: fn(logits (V,), n, generator) -> (tokens (n,), q (V,)) must sample tokens from the q it reports;
+    num_samples draws per draft row.
 
-    Runs sd.check_q_contract over the kit's draft rows (peaked, flat, a near tie); its bound keeps a correct
+    Runs sd.markov.audit_q_contract over the kit's draft rows (peaked, flat, a near tie); its bound keeps a correct
     drafter's failure rate below 1e-6.
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    n = check_int("n", n, minimum=1)
+    n = check_int("num_samples", num_samples, minimum=1)
     generator = check_generator(generator) or torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
     reported = []
     for row in DRAFT_LOGITS:
@@ -117,6 +130,5 @@ def check_drafter(fn: Callable, *, n: int = 4000, seed: int = 0, subject: str | 
         tokens, _ = fn(DRAFT_LOGITS[int(states[0])], states.shape[0], g)
         return torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
 
-    result = check_q_contract(sample, reported_q, n, generator)
-    name = subject or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-    return DrafterReport(name, n, result.tv, result.bound, result.state)
+    result = audit_q_contract(sample, reported_q, num_samples=n, generator=generator)
+    return DrafterReport(_subject(fn, subject), n, result.tv, result.bound, result.state)

@@ -7,7 +7,9 @@ import sys
 import time
 
 from .adapters import CONVENTIONS
-from .check import check_verifier
+from .check import audit_verifier
+
+__all__ = ["load", "main"]
 
 
 def load(target: str):
@@ -22,6 +24,7 @@ def load(target: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Audit the verifier named on the command line; the exit code: 0 passed, 1 failed, 2 it could not be loaded."""
     parser = argparse.ArgumentParser(prog="python -m specdec_lib.conformance",
                                      description="Check a speculative block verifier against exact laws.")
     parser.add_argument("target", help="package.module:function, e.g. specdec_lib:verify_block")
@@ -37,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.target} is a {type(fn).__name__}, not a function", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    report = check_verifier(fn, convention=args.convention, seed=args.seed, subject=args.target)
+    report = audit_verifier(fn, convention=args.convention, seed=args.seed, subject=args.target)
     print(report)
     print(f"({time.perf_counter() - t0:.1f} s)")
     return 0 if report.passed else 1

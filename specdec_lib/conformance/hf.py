@@ -15,6 +15,9 @@ import torch
 
 from .._checks import check_generator, check_int, check_real
 
+__all__ = ["V", "HORIZON", "PROMPT", "quiet", "tiny_llama", "audit_pair", "exact_law", "sample_config", "sampled_law",
+           "greedy_prompts", "greedy_mismatches"]
+
 V, HORIZON = 4, 3  # the audit's vocabulary and horizon: 4^3 = 64 outcomes
 PROMPT = (1, 2)
 
@@ -89,9 +92,10 @@ def sample_config(**kw):
                                             pad_token_id=0, **kw)
 
 
-def sampled_law(target, n: int, generator: torch.Generator, *, prompt=PROMPT, **generate_kw) -> torch.Tensor:
-    """Frequencies (V,) * HORIZON of the new tokens of n calls target.generate(..., do_sample=True, **generate_kw)."""
-    n = check_int("n", n, minimum=1)
+def sampled_law(target, num_samples: int, generator: torch.Generator, *, prompt=PROMPT,
+                **generate_kw) -> torch.Tensor:
+    """Frequencies (V,) * HORIZON of the new tokens of num_samples calls target.generate(..., do_sample=True, ...)."""
+    n = check_int("num_samples", num_samples, minimum=1)
     if check_generator(generator) is None:
         raise TypeError("generator must be a torch.Generator (transformers' draws are seeded from it)")
     ids0, cfg = _prompt(prompt), sample_config(do_sample=True)
@@ -104,9 +108,9 @@ def sampled_law(target, n: int, generator: torch.Generator, *, prompt=PROMPT, **
     return counts / n
 
 
-def greedy_prompts(n: int = 12, *, length: int = 6, vocab: int = V, seed: int = 1) -> list[torch.Tensor]:
-    """n random prompts (1, length) over the vocabulary, from a generator seeded with `seed`."""
-    n, length = check_int("n", n, minimum=1), check_int("length", length, minimum=1)
+def greedy_prompts(num_prompts: int = 12, *, length: int = 6, vocab: int = V, seed: int = 1) -> list[torch.Tensor]:
+    """num_prompts random prompts (1, length) over the vocabulary, from a generator seeded with `seed`."""
+    n, length = check_int("num_prompts", num_prompts, minimum=1), check_int("length", length, minimum=1)
     g = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
     return [torch.randint(check_int("vocab", vocab, minimum=2), (1, length), generator=g) for _ in range(n)]
 

@@ -6,96 +6,108 @@ before), so a correct decoder's output over the block's k+1 positions is p_1 x .
 by the target rows after it (what the next blocks would draw), must have that law. This completed law is what
 the kit compares; any exact rule passes (match acceptance too), any inexact one moves it.
 
-Each verifier the kit knows is a `Rule` (the correct one and the field guide's verification bugs); `block_law`
-walks a rule's branches exactly as markov/exact.py walks a decoder's:
+A verifier's rule is a `DecoderSpec` (markov/spec.py), read for one block by `block_rule`; what each of its
+choices means (the acceptance probability, the residual, the reused uniform, the bonus) is markov/semantics.py's,
+and `block_law` walks the branches exactly as markov/exact.py walks a decoder's:
 
   propose y from q_j:                 q_j(y)
-  accept it:                          a = min(1, p(y) / q(y))   (p(y) for the rules that keep a likely y)
-  reject it, then emit z:             (1 - a) fix(z)             fix = the rule's residual law
-  after k acceptances, the bonus z:   p_{k+1}(z)                 (q_k(z) for bonus_from_draft)
+  accept it:                          a = semantics' acceptance probability of y (min(1, p(y) / q(y)) if correct)
+  reject it, then emit z:             (1 - a) fix(z)             fix = semantics' law of the token after a rejection
+  after k acceptances, the bonus z:   semantics' bonus row (p_{k+1}; q_k for bonus="draft")
 """
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 
-from ..markov.reference import residual_weights
+from ..markov.semantics import acceptance, bonus_row, rejection_law
+from ..markov.spec import DecoderSpec
+
+__all__ = ["Law", "block_rule", "judge_rows", "ratio_rows", "bonus_rows", "block_law", "complete", "target_law"]
 
 Law = dict[tuple[int, ...], float]  # committed tokens -> probability
 
-
-@dataclass(frozen=True)
-class Rule:
-    """How a verifier keeps, replaces and completes a block: the correct rule is the default."""
-
-    accept: Literal["ratio", "target_prob", "always_first"] = "ratio"  # min(1, p/q) | p(y) | first kept unverified
-    residual: Literal["normalised", "softmax", "target", "single_token"] = "normalised"  # what a rejection samples
-    uniform: Literal["fresh", "reused"] = "fresh"  # reused: the rejection's draw reuses u ~ U(a, 1)
-    judge: Literal["aligned", "off_by_one"] = "aligned"  # target row for proposal j: p_j | p_{j+1}
-    q_row: Literal["aligned", "rolled"] = "aligned"  # draft row in p/q and [p - q]_+: q_j | q_{j-1} (wrong slot)
-    bonus: Literal["target", "draft"] = "target"  # after k acceptances: p_{k+1} | q_k
-    keep_rejected: bool = False  # the rejected proposal stays in the output before the correction
+# fields a one-block verifier cannot express: the only value the kit reads each at (the battery draws the proposals
+# from the true q, at the committed text, with no sampling policy, a fixed k and no extra tokens)
+_FIXED = {"propose": "Q", "draft_context": "committed", "phantom": False, "policy": (), "policy_on_target": True,
+          "proposer": "model", "schedule": "fixed", "stop": "never"}
 
 
-def _normalise(w: list[float]) -> list[float]:
-    total = sum(w)
-    return [x / total for x in w]
+def block_rule(spec: DecoderSpec) -> DecoderSpec:
+    """The spec, checked to be one a verifier of one block can follow; ValueError naming the field otherwise.
+
+    The block-level reading of the fields that a one-block verifier sees (judge_rows, ratio_rows, bonus_rows):
+      judge="off_by_one"   proposal j is judged by p_{j+1} (the target row one position too late)
+      ratio="Q_bad"        the verifier uses the wrong slot's draft row: q_{j-1} for proposal j (q_k for the first)
+      bonus="draft"        after a full block the bonus comes from q_k
+    acceptance, verify_first, residual, residual_uniform, keep_rejected and the bonus law mean what
+    markov/semantics.py says, as in every engine; ratio_context is moot here (the draft's state is the committed
+    text), and so are the options of the fields fixed above.
+    """
+    if not isinstance(spec, DecoderSpec):
+        raise TypeError(f"spec must be a DecoderSpec, got {type(spec).__name__}")
+    for name, value in _FIXED.items():
+        if getattr(spec, name) != value:
+            raise ValueError(f"DecoderSpec.{name}={getattr(spec, name)!r} is not something a one-block verifier can "
+                             f"do: the kit reads {name}={value!r} only")
+    return spec
 
 
-def accept_probability(rule: Rule, p: list[float], q: list[float], y: int, *, first: bool) -> float:
-    """The chance the rule keeps proposal y (p/0 counts as inf, 0/0 as 0, as sd.acceptance_probability does)."""
-    if rule.accept == "always_first" and first:
-        return 1.0
-    if rule.accept == "target_prob":
-        return p[y]
-    return min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0)
+def judge_rows(spec: DecoderSpec, p_rows: torch.Tensor) -> torch.Tensor:
+    """(..., k, V) the target row judging each proposal: p_j, or p_{j+1} under judge="off_by_one"."""
+    return p_rows[..., 1:, :] if spec.judge == "off_by_one" else p_rows[..., :-1, :]
 
 
-def fix_law(rule: Rule, p: list[float], q: list[float], y: int, a: float) -> list[float]:
-    """Law of the token a rejection of y emits, given the rejection (acceptance probability a)."""
-    w = residual_weights(rule, p, q, y)  # reads rule.residual, as it reads a DecoderSpec's
-    if rule.uniform == "fresh":
-        return _normalise(w)
-    # reused: token z owns [cdf_{z-1}, cdf_z) of the inverse CDF, and the uniform is U(a, 1) after a rejection
-    cdf = list(itertools.accumulate(_normalise(w)))
-    last = max(z for z, x in enumerate(w) if x > 0)
-    lo, law = 0.0, []
-    for z in range(len(w)):
-        hi = 1.0 if z == last else min(cdf[z], 1.0)
-        law.append(max(0.0, hi - max(lo, a)) / (1.0 - a) if z <= last else 0.0)
-        lo = hi
-    return law
+def ratio_rows(spec: DecoderSpec, q_rows: torch.Tensor) -> torch.Tensor:
+    """(..., k, V) the draft row the verifier believes drew each proposal: q_j, or q_{j-1} under ratio="Q_bad"."""
+    return q_rows.roll(1, dims=-2) if spec.ratio == "Q_bad" else q_rows
 
 
-def block_law(rule: Rule, p_rows: torch.Tensor, q_rows: torch.Tensor) -> Law:
+def bonus_rows(spec: DecoderSpec, p_rows: torch.Tensor, q_rows: torch.Tensor) -> torch.Tensor:
+    """(..., V) the rows a full block's bonus token is drawn from (p_{k+1}, or q_k under bonus="draft")."""
+    return bonus_row(spec, p_rows[..., -1, :], q_rows[..., -1, :])
+
+
+def _rows(rows: torch.Tensor) -> torch.Tensor:
+    rows = rows.double()
+    return rows / rows.sum(-1, keepdim=True)
+
+
+def _slot(spec: DecoderSpec, p: torch.Tensor, q: torch.Tensor, *, first: bool) -> tuple[list, list]:
+    """One slot's (a[y], fix[y][z]) for every proposal y: target row p (V,), believed draft row q (V,)."""
+    V = p.shape[-1]
+    a = acceptance(spec, p, q, first=first)  # (V,) the chance of keeping each y
+    fix = rejection_law(spec, p, q, torch.eye(V, dtype=torch.float64), a)  # (V, V) row y: the law given y rejected
+    return a.tolist(), fix.tolist()
+
+
+def block_law(spec: DecoderSpec, p_rows: torch.Tensor, q_rows: torch.Tensor) -> Law:
     """Exact law of the committed tokens of one block, proposals y_j ~ q_j (rows taken in float64, renormalised)."""
-    P = (p_rows.double() / p_rows.double().sum(-1, keepdim=True)).tolist()
-    Q = (q_rows.double() / q_rows.double().sum(-1, keepdim=True)).tolist()
-    k, law = len(Q), {}
+    spec = block_rule(spec)
+    P, Q = _rows(p_rows), _rows(q_rows)  # (k+1, V) (k, V)
+    k = Q.shape[0]
+    judge, believed = judge_rows(spec, P), ratio_rows(spec, Q)  # (k, V) each
+    slots = [_slot(spec, judge[j], believed[j], first=j == 0) for j in range(k)]
+    bonus, drafts, law = bonus_rows(spec, P, Q).tolist(), Q.tolist(), {}
 
     def add(t: tuple, mass: float) -> None:
         law[t] = law.get(t, 0.0) + mass
 
     def walk(j: int, prefix: tuple, mass: float) -> None:
         if j == k:  # a full block: the bonus token
-            for z, w in enumerate(P[k] if rule.bonus == "target" else Q[k - 1]):
+            for z, w in enumerate(bonus):
                 if w > 0:
                     add(prefix + (z,), mass * w)
             return
-        p = P[j + 1] if rule.judge == "off_by_one" else P[j]
-        q = Q[(j - 1) % k] if rule.q_row == "rolled" else Q[j]
-        for y, d in enumerate(Q[j]):  # the proposal is drawn from the true q_j
+        accept, fix = slots[j]
+        for y, d in enumerate(drafts[j]):  # the proposal is drawn from the true q_j
             if d <= 0:
                 continue
-            a = accept_probability(rule, p, q, y, first=j == 0)
+            a = accept[y]
             if a > 0:
                 walk(j + 1, prefix + (y,), mass * d * a)
             if a < 1:
-                base = prefix + (y,) if rule.keep_rejected else prefix
-                for z, w in enumerate(fix_law(rule, p, q, y, a)):
+                base = prefix + (y,) if spec.keep_rejected else prefix
+                for z, w in enumerate(fix[y]):
                     if w > 0:
                         add(base + (z,), mass * d * (1 - a) * w)
 
@@ -106,7 +118,7 @@ def block_law(rule: Rule, p_rows: torch.Tensor, q_rows: torch.Tensor) -> Law:
 def complete(law: Law, p_rows: torch.Tensor) -> torch.Tensor:
     """The law (V,) * (k+1) of t followed by target draws at the positions after it (t cut at k + 1 tokens)."""
     k1, V = p_rows.shape
-    P = (p_rows.double() / p_rows.double().sum(-1, keepdim=True))  # (k+1, V)
+    P = _rows(p_rows)  # (k+1, V)
     out = torch.zeros((V,) * k1, dtype=torch.float64)
     for t, mass in law.items():
         t = t[:k1]

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .battery import Promise
+
+__all__ = ["CaseResult", "VerifierReport", "DrafterReport"]
+
 
 @dataclass(frozen=True)
 class CaseResult:
@@ -26,14 +30,12 @@ class CaseResult:
 
 
 @dataclass(frozen=True)
-class Report:
-    """What check_verifier found: one CaseResult per case, the promises it was sized for, and a diagnosis."""
+class VerifierReport:
+    """What audit_verifier found: one CaseResult per case, the promise it was sized for, and a diagnosis."""
 
     subject: str
     cases: tuple[CaseResult, ...]
-    epsilon: float
-    beta: float
-    delta: float
+    promise: Promise  # epsilon (the TV caught), beta (the chance of missing it), delta (a correct verifier's)
     diagnosis: str  # the known verifier nearest over all cases, with its story ("" when every case passes)
     sized: bool = True  # n came from the power calculation (False: the caller fixed n, so no power is promised)
 
@@ -45,10 +47,11 @@ class Report:
         return self.passed
 
     def __str__(self) -> str:
-        power = (f"power: a case >= {self.epsilon:g} TV off is caught with probability >= {1 - self.beta:g}; "
+        pr = self.promise
+        power = (f"power: a case >= {pr.epsilon:g} TV off is caught with probability >= {1 - pr.beta:g}; "
                  if self.sized else "power: none promised (n was fixed by the caller, not sized for epsilon); ")
         lines = [f"conformance of {self.subject}: the law of what it commits, against a correct verifier's",
-                 power + f"a correct verifier fails this report with probability <= {self.delta:g}",
+                 power + f"a correct verifier fails this report with probability <= {pr.delta:g}",
                  f"{'case':18s} {'k':>2s} {'V':>2s} {'n':>6s} {'TV':>7s} {'threshold':>9s}  result  "
                  "nearest bug (failures)"]
         for c in self.cases:

@@ -1,4 +1,4 @@
-"""What every checker shares: the Report, running the learner's function safely, and law comparisons."""
+"""What every checker shares: the Grade, running the learner's function safely, and law comparisons."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,11 +8,13 @@ import torch
 from ..noise import tv_noise_bound
 from ..sampling import total_variation
 
+__all__ = ["DELTA", "Grade", "Stop", "call", "run", "fmt", "as_tensor", "law_verdict", "residual_ref", "as_number"]
+
 DELTA = 1e-6  # false-alarm rate of every sampled check: a correct solution fails about once in a million runs
 
 
 @dataclass
-class Report:
+class Grade:
     """What a checker found: `ok`, and one plain-words message per finding (printing a report shows them)."""
 
     exercise: str
@@ -31,7 +33,7 @@ class Report:
         return "\n".join([head] + [f"  - {m}" for m in self.messages])
 
     def __repr__(self) -> str:
-        return f"Report({self.exercise!r}, ok={self.ok}, {len(self.messages)} message(s))"
+        return f"Grade({self.exercise!r}, ok={self.ok}, {len(self.messages)} message(s))"
 
 
 class Stop(Exception):
@@ -48,8 +50,8 @@ def call(fn, *args, on: str, **kwargs):
         raise Stop(f"your function raised {type(e).__name__}: {e} (on {on})") from None
 
 
-def run(exercise: str, body, fn, *, raise_on_failure: bool, verbose: bool) -> Report:
-    report = Report(exercise)
+def run(exercise: str, body, fn, *, raise_on_failure: bool, verbose: bool) -> Grade:
+    report = Grade(exercise)
     if not callable(fn):
         report.fail(f"expected a function, got {type(fn).__name__}: pass the function itself, without calling it")
     else:
@@ -80,7 +82,7 @@ def as_tensor(out, name: str, shape=None) -> torch.Tensor:
     return out
 
 
-def law_verdict(report: Report, what: str, freq: torch.Tensor, law: torch.Tensor, n: int,
+def law_verdict(report: Grade, what: str, freq: torch.Tensor, law: torch.Tensor, n: int,
                  mistakes: dict, delta: float) -> bool:
     """Measured TV against the noise bound; on failure name every known mistake whose law the samples match."""
     tv, bound = total_variation(freq, law), tv_noise_bound(law, n, delta)

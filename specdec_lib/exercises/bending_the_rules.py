@@ -5,11 +5,13 @@ import functools
 
 import torch
 
-from ..markov.chain import exact_sequence_distribution, random_table, reference_chain
-from ..markov.exact import exact_decoder_distribution
+from ..markov.chain import random_table, reference_chain, sequence_law
+from ..markov.exact import decoder_law
 from ..markov.lossy import typical_sweep
 from ..markov.measures import decoder_stats
-from ._report import Report, Stop, call, run
+from ._report import Grade, Stop, call, run
+
+__all__ = ["grade_is_exact", "grade_best_setting"]
 
 EXACT_TV = 1e-12
 SETTINGS = ((1, 3), (2, 3), (4, 3))  # (k, horizon) the checker's own verdicts are taken at
@@ -43,8 +45,8 @@ EXACT_CASES = [
 
 def tv_to_target(P, Q, *, mode: str, options, k: int, horizon: int) -> float:
     """The exact TV between a registered decoder's law and the target chain's, from state 0."""
-    law = exact_decoder_distribution(P, Q, start=0, horizon=horizon, k=k, mode=mode, options=options)
-    return 0.5 * (law - exact_sequence_distribution(P, 0, horizon)).abs().sum().item()
+    law = decoder_law(P, Q, start=0, horizon=horizon, k=k, mode=mode, options=options)
+    return 0.5 * (law - sequence_law(P, start=0, horizon=horizon)).abs().sum().item()
 
 
 @functools.cache
@@ -56,7 +58,7 @@ def _verdict(pair: str, mode: str, options_key: tuple) -> tuple[bool, float, tup
     return not wrong, max(tvs), wrong
 
 
-def check_is_exact(is_exact, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_is_exact(is_exact, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 7.1: is_exact(P, Q, *, mode, options=None) -> True when the decoder's law is the target chain's."""
     def body(fn, report):
         for pair, mode, options, why in EXACT_CASES:
@@ -73,7 +75,7 @@ def check_is_exact(is_exact, *, raise_on_failure: bool = True, verbose: bool = T
             if exact:
                 raise Stop(f"{on} is exact: its law is within 1e-12 of the target chain at every (k, horizon) in "
                            f"{list(SETTINGS)}. A verdict of False means a TV above rounding: compare "
-                           "sd.exact_decoder_distribution with sd.exact_sequence_distribution(P, ...) (the target's "
+                           "sd.decoder_law with sd.sequence_law(P, start=...) (the target's "
                            "chain, not the draft's), exactly, with no sampling, and call a TV below 1e-12 exact")
             hint = why or (f"its exact TV to the target reaches {worst:.4f} (at (k, horizon) = {list(wrong)}); "
                            "a sampled test, or a threshold far above 1e-12, can miss it")
@@ -135,7 +137,7 @@ BUDGET_MISTAKES = {
 }
 
 
-def check_best_setting(best_setting, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_best_setting(best_setting, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 7.2: best_setting(P, Q, *, delta, epsilons, tv_max) -> the epsilon with the most tokens per call
     among those with exact TV <= tv_max, or None when none beats the exact decoder (k = 4, horizon 3, start 0)."""
     def body(fn, report):
@@ -161,8 +163,9 @@ def check_best_setting(best_setting, *, raise_on_failure: bool = True, verbose: 
                     if _pick(points, base, tv_max=tv_max, **kw) == got]
             if hits:  # every known mistake that gives this answer here
                 raise Stop(f"{'; or '.join(hits)} ({where})")
-            raise Stop(f"{where}; compute each epsilon's exact TV and tokens per call with sd.typical_sweep at k = "
-                       f"{K}, horizon {HORIZON}, and the exact decoder's with sd.decoder_stats")
+            raise Stop(f"{where}; compute each epsilon's exact TV and tokens per call with "
+                       f"sd.markov.typical_sweep at k = {K}, horizon {HORIZON}, and the exact decoder's with "
+                       "sd.decoder_stats")
         n_pairs = len({c[0] for c in BUDGET_CASES})
         report.note(f"the right answer on {len(BUDGET_CASES)} budgets on {n_pairs} pairs, two of them None (nothing "
                     "within 0.01; the exact decoder out-tokening every setting within the budget) and a tie")

@@ -5,12 +5,14 @@ import functools
 
 import torch
 
-from ..markov.chain import exact_sequence_distribution, reference_chain
-from ..markov.exact import exact_decoder_distribution
+from ..markov.chain import reference_chain, sequence_law
+from ..markov.exact import decoder_law
 from ..markov.registry import MODES
 from ..noise import tv_noise_bound, tv_noise_mean
 from ..sampling import total_variation
-from ._report import DELTA, Report, Stop, call, fmt, law_verdict, residual_ref, run
+from ._report import DELTA, Grade, Stop, call, fmt, law_verdict, residual_ref, run
+
+__all__ = ["grade_verify_block", "grade_smallest_catching_m"]
 
 
 def _block() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -52,8 +54,30 @@ def _as_verdict(out, k: int, V: int, on: str) -> tuple[int, list[int]]:
     return accepted, tokens
 
 
-def check_verify_block(verify_block, *, raise_on_failure: bool = True, verbose: bool = True,
-                       n: int = 2_000) -> Report:
+def _check_rejection(fn, p_rows, q_rows, k: int, V: int) -> None:
+    """Part 2 of exercise 2.1's grader: a first proposal the target never produces must be rejected."""
+    # 2. a first proposal the target never produces: rejected, and the residual is a point mass on token 2
+    p1 = p_rows.clone()
+    p1[0] = torch.tensor([0.0, 0.5, 0.5, 0.0], dtype=torch.float64)
+    q1 = q_rows.clone()
+    q1[0] = torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=torch.float64)
+    y1 = torch.tensor([0, 1, 3])
+    on = "p_1 = [0, 0.5, 0.5, 0], q_1 = [0.5, 0.5, 0, 0], y_1 = 0"
+    for seed in range(20):
+        acc, toks = _as_verdict(call(fn, p1, q1, y1, torch.Generator().manual_seed(seed), on=on), k, V, on)
+        if acc != 0:
+            raise Stop(f"you reported {acc} accepted proposal(s), but y_1 = 0 must be rejected ({on}): its "
+                        "acceptance min(1, p/q) is 0, and the walk stops at the first rejection")
+        if toks[0] == 0:
+            raise Stop(f"after rejecting y_1 = 0 you emitted 0 again ({on}): the rejected proposal is dropped "
+                        "(lucidrains/speculative-decoding #3) and the token comes from the residual")
+        if toks[0] != 2:
+            raise Stop(f"after rejecting y_1 you emitted {toks[0]} ({on}); the residual [p_1 - q_1]_+ puts all "
+                        "its mass on token 2. Drawing from p_1 instead of the residual gives token 1 half the time")
+
+
+def grade_verify_block(verify_block, *, raise_on_failure: bool = True, verbose: bool = True,
+                       n: int = 2_000) -> Grade:
     """Exercise 2.1: verify_block(p_rows (k+1, V), q_rows (k, V), proposals (k,), generator) -> (accepted, tokens)."""
     def body(fn, report):
         p_rows, q_rows, y = _block()
@@ -67,23 +91,7 @@ def check_verify_block(verify_block, *, raise_on_failure: bool = True, verbose: 
         if toks[:k] != y.tolist():
             raise Stop(f"the committed tokens must start with the accepted proposals {y.tolist()}, got {toks}")
         # 2. a first proposal the target never produces: rejected, and the residual is a point mass on token 2
-        p1 = p_rows.clone()
-        p1[0] = torch.tensor([0.0, 0.5, 0.5, 0.0], dtype=torch.float64)
-        q1 = q_rows.clone()
-        q1[0] = torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=torch.float64)
-        y1 = torch.tensor([0, 1, 3])
-        on = "p_1 = [0, 0.5, 0.5, 0], q_1 = [0.5, 0.5, 0, 0], y_1 = 0"
-        for seed in range(20):
-            acc, toks = _as_verdict(call(fn, p1, q1, y1, torch.Generator().manual_seed(seed), on=on), k, V, on)
-            if acc != 0:
-                raise Stop(f"you reported {acc} accepted proposal(s), but y_1 = 0 must be rejected ({on}): its "
-                            "acceptance min(1, p/q) is 0, and the walk stops at the first rejection")
-            if toks[0] == 0:
-                raise Stop(f"after rejecting y_1 = 0 you emitted 0 again ({on}): the rejected proposal is dropped "
-                            "(lucidrains/speculative-decoding #3) and the token comes from the residual")
-            if toks[0] != 2:
-                raise Stop(f"after rejecting y_1 you emitted {toks[0]} ({on}); the residual [p_1 - q_1]_+ puts all "
-                            "its mass on token 2. Drawing from p_1 instead of the residual gives token 1 half the time")
+        _check_rejection(fn, p_rows, q_rows, k, V)
         report.note("accepts a block with q == p whole; a rejection drops the proposal and draws the residual")
         # 3. reproducible with a seeded generator
         runs = [[_as_verdict(call(fn, p_rows, q_rows, y, g, on="the test block"), k, V, "the test block")
@@ -124,8 +132,8 @@ def check_verify_block(verify_block, *, raise_on_failure: bool = True, verbose: 
 @functools.lru_cache(maxsize=64)
 def _catch_tv(mode: str, k: int) -> tuple[float, torch.Tensor]:
     ch = reference_chain()
-    law = exact_decoder_distribution(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, mode=mode, Q_bad=ch.Q_bad)
-    target = exact_sequence_distribution(MODES[mode].target(ch.P), ch.start, ch.horizon)
+    law = decoder_law(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, mode=mode, Q_bad=ch.Q_bad)
+    target = sequence_law(MODES[mode].target(ch.P), start=ch.start, horizon=ch.horizon)
     return total_variation(law, target), target
 
 
@@ -140,7 +148,7 @@ def _first_m(target: torch.Tensor, tv: float, threshold, m_max: int = 10**8) -> 
     return lo
 
 
-def check_smallest_catching_m(smallest_catching_m, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_smallest_catching_m(smallest_catching_m, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 2.2: smallest_catching_m(mode, k=2) -> smallest M with tv_noise_bound(target, M) < exact TV, or None."""
     def body(fn, report):
         cases = [("off_by_one", 2), ("phantom_history", 2), ("phantom_history", 1), ("target_policy_missing", 2),
@@ -158,7 +166,7 @@ def check_smallest_catching_m(smallest_catching_m, *, raise_on_failure: bool = T
             if got is None:
                 if mode == "target_policy_missing":
                     raise Stop(f"{where}: you returned None. Compare with the distribution the user asked for, "
-                                "sd.exact_sequence_distribution(mode.target(P), ...): under the request's top-p, "
+                                "sd.sequence_law(mode.target(P), start=...): under the request's top-p, "
                                 "not plain P")
                 raise Stop(f"{where}: you returned None, but M = {want:,} catches it")
             if isinstance(got, bool) or not isinstance(got, int):
@@ -171,7 +179,7 @@ def check_smallest_catching_m(smallest_catching_m, *, raise_on_failure: bool = T
                             f"which needs M = {want:,}")
             tv_k2 = _catch_tv(mode, 2)[0]
             if k != 2 and got == _first_m(target, tv_k2, tv_noise_bound):
-                raise Stop(f"{where}: your answer is the one for k = 2; pass k on to exact_decoder_distribution")
+                raise Stop(f"{where}: your answer is the one for k = 2; pass k on to decoder_law")
             if got < 1 or tv_noise_bound(target, got) >= tv:
                 raise Stop(f"{where}: at your M = {got:,} the threshold is {tv_noise_bound(target, max(got, 1)):.4f}, "
                             "not yet below the TV, so the test does not catch it there")

@@ -5,7 +5,9 @@ import torch
 
 from ..accounting import expected_accepted, expected_tokens
 from ..cost import best_k, speedup
-from ._report import Report, Stop, as_number, call, run
+from ._report import Grade, Stop, as_number, call, run
+
+__all__ = ["grade_speedup", "grade_best_k"]
 
 
 class _CostV:
@@ -22,7 +24,7 @@ class _CostV:
         return f"c_v(k) = {self.base:g} + {self.slope:g} k"
 
 
-def check_speedup(speedup_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_speedup(speedup_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 4.1: speedup(alpha, c_d, k, c_v) -> E[N(k)] / (k c_d + c_v(k)), c_v a function of k; S(0) = 1."""
     def body(fn, report):
         for alpha, c_d, k, base, slope in [(0.8, 0.15, 8, 1.0, 0.05), (0.8, 0.15, 8, 1.6, 0.0),
@@ -30,7 +32,7 @@ def check_speedup(speedup_fn, *, raise_on_failure: bool = True, verbose: bool = 
             c_v = _CostV(base, slope)
             on = f"alpha = {alpha}, c_d = {c_d}, k = {k}, {c_v}"
             got = as_number(call(fn, alpha, c_d, k, c_v, on=on), "speedup", on)
-            want = speedup(alpha, c_d, k, c_v)
+            want = speedup(alpha, c_d=c_d, k=k, c_v=c_v)
             if abs(got - want) <= 1e-9:
                 continue
             cost = k * c_d + base + slope * k
@@ -54,7 +56,7 @@ def check_speedup(speedup_fn, *, raise_on_failure: bool = True, verbose: bool = 
     return run("speedup", body, speedup_fn, raise_on_failure=raise_on_failure, verbose=verbose)
 
 
-def check_best_k(best_k_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_best_k(best_k_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 4.2: best_k(alpha, c_d, c_v, *, k_max) -> the k in 0..k_max with the largest S(k), ties to the least."""
     def body(fn, report):
         cases = [(0.9, 0.15, (1.0, 0.05), 32), (0.7, 0.15, (1.0, 0.05), 32), (0.5, 0.15, (1.0, 0.5), 32),
@@ -68,7 +70,7 @@ def check_best_k(best_k_fn, *, raise_on_failure: bool = True, verbose: bool = Tr
                 got = int(got)
             if isinstance(got, bool) or not isinstance(got, int):
                 raise Stop(f"best_k must return the draft length as an int, got {type(got).__name__} ({on})")
-            ref = best_k(alpha, c_d, c_v, k_max=k_max)
+            ref = best_k(alpha, c_d=c_d, c_v=c_v, k_max=k_max)
             if got == ref.k:
                 continue
             where = f"{on}: got k = {got}, expected k = {ref.k}"

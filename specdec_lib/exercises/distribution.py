@@ -6,10 +6,12 @@ import math
 import torch
 
 from ..sampling import post_pair
-from ._report import DELTA, Report, Stop, as_tensor, call, fmt, law_verdict, residual_ref, run
+from ._report import DELTA, Grade, Stop, as_tensor, call, fmt, law_verdict, residual_ref, run
+
+__all__ = ["grade_residual", "grade_acceptance_probability", "grade_speculative_sample"]
 
 
-def check_residual(residual, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_residual(residual, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 1.1: residual(p, q) -> [p - q]_+ / sum [p - q]_+ for 1-D p, q; a distribution (not NaN) at p == q."""
     def body(fn, report):
         p0, q0 = torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.3, 0.2, 0.5])
@@ -58,8 +60,8 @@ def check_residual(residual, *, raise_on_failure: bool = True, verbose: bool = T
     return run("residual", body, residual, raise_on_failure=raise_on_failure, verbose=verbose)
 
 
-def check_acceptance_probability(acceptance_probability, *, raise_on_failure: bool = True,
-                                 verbose: bool = True) -> Report:
+def grade_acceptance_probability(acceptance_probability, *, raise_on_failure: bool = True,
+                                 verbose: bool = True) -> Grade:
     """Exercise 1.2: acceptance_probability(log_p_x, log_q_x) -> min(1, p/q) elementwise, from log-probabilities."""
     def body(fn, report):
         def run(lp, lq, dtype=torch.float64):
@@ -104,7 +106,7 @@ def check_acceptance_probability(acceptance_probability, *, raise_on_failure: bo
                 verbose=verbose)
 
 
-def check_speculative_sample(speculative_sample, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_speculative_sample(speculative_sample, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 1.3: speculative_sample(p, q, n, generator) -> n tokens (LongTensor (n,)) distributed as p."""
     n = 200_000
 

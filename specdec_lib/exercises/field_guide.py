@@ -7,11 +7,13 @@ import torch
 
 from ..markov.batched import decode_markov
 from ..markov.chain import empirical_sequences, reference_chain
-from ..markov.exact import exact_decoder_distribution
+from ..markov.exact import decoder_law
 from ..markov.registry import failure_modes
 from ..noise import tv_noise_bound
 from ..sampling import total_variation
-from ._report import DELTA, Report, Stop, call, run
+from ._report import DELTA, Grade, Stop, call, run
+
+__all__ = ["grade_find_bug"]
 
 K, HORIZON, N = 2, 3, 100_000  # the field guide's k and horizon; sequences per sampled case
 # (mode, sampled?): the two nearest distinct laws at k = 2 lie 0.035 apart (target_on_reject, single_token_residual),
@@ -24,7 +26,7 @@ CASES = [("off_by_one", False), ("reused_uniform", True), ("single_token_residua
 def registry_laws(k: int = K, horizon: int = HORIZON) -> dict[str, torch.Tensor]:
     """{mode: its exact output law (V,) * horizon} on the reference chain, in registry order (correct first)."""
     ch = reference_chain()
-    return {m.name: exact_decoder_distribution(ch.P, ch.Q, start=ch.start, horizon=horizon, k=k, mode=m.name,
+    return {m.name: decoder_law(ch.P, ch.Q, start=ch.start, horizon=horizon, k=k, mode=m.name,
                                                Q_bad=ch.Q_bad) for m in failure_modes(chapter="field guide")}
 
 
@@ -41,12 +43,12 @@ def _case(mode: str, sampled: bool, seed: int) -> tuple[torch.Tensor, str]:
     if not sampled:
         return law, f"the exact law of {mode}"
     ch = reference_chain()
-    s = decode_markov(ch.P, ch.Q, start=ch.start, horizon=HORIZON, k=K, n=N, mode=mode, Q_bad=ch.Q_bad,
+    s = decode_markov(ch.P, ch.Q, start=ch.start, horizon=HORIZON, k=K, num_samples=N, mode=mode, Q_bad=ch.Q_bad,
                       generator=torch.Generator().manual_seed(seed))
     return empirical_sequences(s, ch.P.shape[0]), f"{N:,} sequences sampled from {mode}"
 
 
-def check_find_bug(find_bug, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_find_bug(find_bug, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 2b.1: find_bug(freqs (V, V, V), laws {name: law}) -> the name whose law is nearest freqs in TV."""
     def body(fn, report):
         laws = registry_laws()

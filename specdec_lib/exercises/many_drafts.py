@@ -7,10 +7,12 @@ import torch
 
 from ..markov.chain import reference_chain
 from ..markov.tree import tree_expected_tokens
-from ..markov.tree_cost import all_trees, best_tree, tree_nodes, tree_speedup
+from ..markov.tree_cost import TreeSearch, all_trees, best_tree, tree_nodes, tree_speedup
 from ..multidraft import multidraft_law
-from ..multidraft_rules import Stages, stages_law
-from ._report import DELTA, Report, Stop, call, law_verdict, run
+from ..multidraft_rules import Stages, step_law
+from ._report import DELTA, Grade, Stop, call, law_verdict, run
+
+__all__ = ["grade_rrs_step", "grade_best_widths"]
 
 
 def f64(x) -> torch.Tensor:
@@ -47,7 +49,7 @@ def _token(out, vocab: int, on: str) -> int:
     return out
 
 
-def check_rrs_step(rrs_step, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_rrs_step(rrs_step, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 6.1: rrs_step(p, q, drafts, generator) -> the token one rrs step emits for drafts drawn without
     replacement from q."""
     def body(fn, report):
@@ -70,8 +72,9 @@ def check_rrs_step(rrs_step, *, raise_on_failure: bool = True, verbose: bool = T
             drafts = torch.multinomial(q.expand(steps, -1), k, replacement=False, generator=g)  # (steps, k)
             tokens = [_token(call(fn, p.clone(), q.clone(), d, g, on=label), p.numel(), label) for d in drafts]
             freq = torch.bincount(torch.tensor(tokens), minlength=p.numel()).double() / steps
-            mistakes = {name: (stages_law(p, q, n, v)[0], text) for name, (v, text) in RRS_MISTAKES.items()}
-            if not law_verdict(report, label, freq, multidraft_law(p, q, n, rule="rrs"), steps, mistakes,
+            mistakes = {name: (step_law(p, q, num_drafts=n, verifier=v).law, text)
+                        for name, (v, text) in RRS_MISTAKES.items()}
+            if not law_verdict(report, label, freq, multidraft_law(p, q, num_drafts=n, rule="rrs"), steps, mistakes,
                                DELTA / len(RRS_CASES)):
                 raise Stop("the distribution test failed")
         report.note(f"keeps a draft with p >= q every time; {len(RRS_CASES)} cases ("
@@ -124,7 +127,7 @@ def _known_mistakes(got: tuple[int, ...], rule: str, budget: int, c_d: float, c_
     return [text for text, score in wrong.items() if got == _winner(rule, budget, score)]
 
 
-def check_best_widths(best_widths, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_best_widths(best_widths, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 6.2: best_widths(P, Q, *, start, rule, c_d, c_v, budget) -> the widths of the uniform-width tree of
     largest S(T) with |T| <= budget.
 
@@ -140,7 +143,7 @@ def check_best_widths(best_widths, *, raise_on_failure: bool = True, verbose: bo
             if not (isinstance(got, tuple) and got and all(isinstance(w, int) and w >= 1 for w in got)):
                 raise Stop(f"best_widths must return a non-empty tuple of ints >= 1, got {got!r} ({on})")
             ref = best_tree(ch.P, ch.Q, start=ch.start, rule=rule, c_d=c_d, c_v=c_v, budget=budget,
-                            max_depth=budget, max_width=budget)
+                            search=TreeSearch(max_depth=budget, max_width=budget))
             if got == ref.widths:
                 continue
             where = f"{on}: got {got}, expected {ref.widths}"
@@ -159,6 +162,6 @@ def check_best_widths(best_widths, *, raise_on_failure: bool = True, verbose: bo
                 raise Stop(f"your tree is the best one under a known mistake: {'; or '.join(known)} ({where})")
             raise Stop(f"{where}: S = {s:.4f} at yours, {ref.speedup:.4f} at the best; search every widths tuple "
                        f"with |T| <= {budget}, of any depth")
-        report.note(f"the best uniform-width tree on {len(TREE_CASES)} settings (sd.best_tree over every widths tuple "
-                    "in the budget), a tie that goes to the smaller tree included")
+        report.note(f"the best uniform-width tree on {len(TREE_CASES)} settings (sd.markov.best_tree over every "
+                    "widths tuple in the budget), a tie that goes to the smaller tree included")
     return run("best_widths", body, best_widths, raise_on_failure=raise_on_failure, verbose=verbose)

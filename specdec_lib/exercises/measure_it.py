@@ -1,6 +1,6 @@
 """Lab exercises: fit alpha from E[N]; predict S for a draft before timing it, against the recorded clock.
 
-The recorded run is the lab's `make measure` JSON (specdec_lib/presentation/data/measure_reference.json), read
+The recorded run is the lab's `make measure` JSON (specdec_lib/data/measure_reference.json), read
 here as plain data: the exercises layer does not import the lab or the presentation.
 """
 from __future__ import annotations
@@ -8,29 +8,22 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from ..accounting import expected_accepted, expected_tokens
+from ..accounting import alpha_from_tokens, expected_accepted, expected_tokens
 from ..cost import speedup
-from ._report import Report, Stop, as_number, call, run
+from ._report import Grade, Stop, as_number, call, run
+
+__all__ = ["recorded_tables", "grade_fit_alpha", "grade_predict_speedup"]
 
 TOL_ALPHA = 1e-6  # a root finder's tolerance on alpha; bisection reaches it in 20 halvings
 
 
 def recorded_tables() -> list[dict]:
     """Every draft's table of the recorded `make measure` run: ks, c_d, c_v, e_n, predicted, measured, draft."""
-    path = resources.files("specdec_lib") / "presentation" / "data" / "measure_reference.json"
+    path = resources.files("specdec_lib") / "data" / "measure_reference.json"
     return json.loads(path.read_text())["tables"]
 
 
-def reference_alpha(e_n: float, k: int) -> float:
-    """The constant alpha with E[N(k)] = e_n, by bisection on [0, 1] (E[N(k)] rises with alpha)."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected_tokens(mid, k) < e_n else (lo, mid)
-    return (lo + hi) / 2
-
-
-def check_fit_alpha(fit_alpha_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_fit_alpha(fit_alpha_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 5.1: fit_alpha(e_n, k) -> the constant alpha whose E[N(k)] = (1 - alpha^(k+1)) / (1 - alpha) is e_n."""
     def body(fn, report):
         cases = [(a, k) for k in (4, 8, 1) for a in (0.3, 0.677, 0.9)] + [(0.0, 4), (1.0, 4)]
@@ -38,7 +31,7 @@ def check_fit_alpha(fit_alpha_fn, *, raise_on_failure: bool = True, verbose: boo
         for e_n, k, on in [(expected_tokens(a, k), k, f"alpha = {a}") for a, k in cases] + recorded:
             where = f"e_n = {e_n:.4f}, k = {k} ({on})"
             got = as_number(call(fn, e_n, k, on=where), "fit_alpha", where)
-            want = reference_alpha(e_n, k)
+            want = alpha_from_tokens(e_n, k)
             if abs(got - want) <= TOL_ALPHA:
                 continue
             msg = f"{where}: got alpha = {got:.6f}, expected {want:.6f}"
@@ -58,14 +51,14 @@ def check_fit_alpha(fit_alpha_fn, *, raise_on_failure: bool = True, verbose: boo
     return run("fit_alpha", body, fit_alpha_fn, raise_on_failure=raise_on_failure, verbose=verbose)
 
 
-def check_predict_speedup(predict_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_predict_speedup(predict_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 5.2: predict_speedup(alpha, c_d, c_v, k) -> E[N(k)] / (k c_d + c_v), then against the recorded clock."""
     def body(fn, report):
         for alpha, c_d, c_v, k in [(0.8, 0.15, 1.6, 8), (0.54, 0.013, 1.7, 4), (0.65, 0.35, 1.48, 4),
                                    (0.9, 0.4, 2.0, 1)]:
             where = f"alpha = {alpha}, c_d = {c_d}, c_v = {c_v}, k = {k}"
             got = as_number(call(fn, alpha, c_d, c_v, k, on=where), "predict_speedup", where)
-            want = speedup(alpha, c_d, k, c_v)
+            want = speedup(alpha, c_d=c_d, k=k, c_v=c_v)
             if abs(got - want) <= 1e-9:
                 continue
             msg = f"{where}: got {got:.4f}, expected {want:.4f}"
@@ -82,7 +75,7 @@ def check_predict_speedup(predict_fn, *, raise_on_failure: bool = True, verbose:
         errors = []  # (relative error against the clock, draft, k, prediction, measured median)
         for t in tables:
             for i, k in enumerate(t["ks"]):
-                alpha = reference_alpha(t["e_n"][i], k)  # what exercise 5.1 fits from the round counts
+                alpha = alpha_from_tokens(t["e_n"][i], k)  # what exercise 5.1 fits from the round counts
                 where = f"draft {t['draft']}, k = {k}"
                 got = as_number(call(fn, alpha, t["c_d"][i], t["c_v"][i], k, on=where), "predict_speedup", where)
                 errors.append((abs(got - t["measured"][i]) / t["measured"][i], t["draft"], k, got, t["measured"][i]))

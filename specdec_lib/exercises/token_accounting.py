@@ -6,10 +6,12 @@ import math
 import torch
 
 from ..accounting import expected_accepted, expected_tokens, survivor_statistics
-from ._report import Report, Stop, as_number, call, fmt, run
+from ._report import Grade, Stop, as_number, call, fmt, run
+
+__all__ = ["grade_expected_tokens", "grade_conditional_acceptance"]
 
 
-def check_expected_tokens(expected_tokens_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Report:
+def grade_expected_tokens(expected_tokens_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 3.1: expected_tokens(alpha) -> E[N] = 1 + sum_j prod_{i<=j} alpha_i, with k = len(alpha)."""
     def body(fn, report):
         cases = [[0.9, 0.8, 0.7], [0.5] * 4, [0.6, 0.95, 0.3, 0.9, 0.8], [1.0, 1.0, 1.0], [0.0, 0.9]]
@@ -38,15 +40,16 @@ def check_expected_tokens(expected_tokens_fn, *, raise_on_failure: bool = True, 
     return run("expected_tokens", body, expected_tokens_fn, raise_on_failure=raise_on_failure, verbose=verbose)
 
 
-def check_conditional_acceptance(conditional_acceptance, *, raise_on_failure: bool = True,
-                                 verbose: bool = True) -> Report:
+def grade_conditional_acceptance(conditional_acceptance, *, raise_on_failure: bool = True,
+                                 verbose: bool = True) -> Grade:
     """Exercise 3.2: conditional_acceptance(accepts bool (n, k)) -> [P(flag j | flags 1..j-1)], 0.0 if unreached."""
     from ..accounting import simulate_mixture
 
     def body(fn, report):
         hand = torch.tensor([[1, 1, 0], [1, 0, 1], [0, 1, 1], [1, 1, 1]], dtype=torch.bool)
         unreached = torch.tensor([[1, 0, 1], [0, 1, 1]], dtype=torch.bool)
-        mix = simulate_mixture((0.95, 0.45), (0.5, 0.5), 4, 2000, generator=torch.Generator().manual_seed(5))
+        mix = simulate_mixture((0.95, 0.45), (0.5, 0.5), 4, num_samples=2000,
+                               generator=torch.Generator().manual_seed(5))
         for label, flags in [("the 4 x 3 example", hand), ("flags where no block reaches position 3", unreached),
                              ("2,000 simulated blocks of a mixture", mix)]:
             out = call(fn, flags.clone(), on=label)

@@ -7,8 +7,41 @@ weights      the trained target/draft pair (load_pair; `make models` retrains it
 generation   plain and speculative decoding, built from the phases the clock times
 drafters     what proposes: the neural drafts, a byte n-gram table (ngram), prompt lookup; one interface
 steps        the phases of a round (draft, verify, roll back)
-accept       the lab's fast acceptance test (the same draws as specdec_lib.verification.verify_batch)
+accept       the lab's fast acceptance test (the same draws as specdec_lib.verification.verify_blocks)
 measure      the cost terms, timed, and the predicted speedup against the measured one
+recording    the recorded `make measure` run (specdec_lib/data/measure_reference.json), read in one place
 batch_cost   one target pass over B x (k + 1) positions: c_v(k; B) and the best k per batch size
 tree_attention  Act V: a draft tree scored in one target pass (ancestor mask, per-node positions)
+
+The names below are reached as sd.lab.<name>.
 """
+from .accept import accept_block
+from .alignment import AlignmentReport, alignment_report, alignment_tv, block_scores, incremental_scores
+from .batch_cost import LinearCost
+from .corpus import corpus_prompts
+from .drafters import NeuralDraft, PromptLookupDraft, TableDraft
+from .generation import exact_continuations, generate_plain, generate_speculative
+from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
+from .ngram import NGramTable, build_ngram, corpus_table
+from .recording import Recording, load_recording, recorded
+from .transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
+from .tree_attention import (
+    FlatTree,
+    TreeAlignmentReport,
+    path_scores,
+    tree_alignment_report,
+    tree_from_widths,
+    tree_mask,
+    tree_positions,
+    tree_scores,
+)
+from .weights import load_draft, load_pair
+
+__all__ = [
+    "CachedLM", "KVCache", "LMConfig", "TinyCausalLM", "n_params", "load_pair", "load_draft", "corpus_prompts",
+    "incremental_scores", "block_scores", "alignment_report", "AlignmentReport", "alignment_tv", "accept_block",
+    "generate_plain", "generate_speculative", "exact_continuations", "time_terms", "time_catch_up",
+    "measure_speedup", "SpeedupTable", "Recording", "load_recording", "recorded", "LinearCost", "NeuralDraft",
+    "TableDraft", "PromptLookupDraft", "NGramTable", "build_ngram", "corpus_table", "FlatTree", "tree_from_widths",
+    "tree_mask", "tree_positions", "tree_scores", "path_scores", "tree_alignment_report", "TreeAlignmentReport",
+]

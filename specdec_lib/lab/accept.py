@@ -5,10 +5,12 @@ one block and needs the accepted count on the host anyway (to crop the caches). 
 target's logits, computes the policy's rows once, tests the k proposals in one vectorised comparison, reads
 the outcomes to the host in one transfer, and builds the residual of the one row it needs (verify_batch
 builds a padded q for all rows). It draws the same uniforms in the same order, so for the same generator
-state it returns the same tokens as greedy_batch or verify_batch (tests/test_drafters.py checks both, draw
+state it returns the same tokens as greedy_batch or verify_batch (tests/lab/test_drafters.py checks both, draw
 for draw).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -16,10 +18,20 @@ from .._checks import check_generator, check_tensor
 from ..sampling import accept_ratio, residual_weights, sample_rows
 from .steps import check_policy, policy_probs
 
+__all__ = ["Acceptance", "accept_block"]
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """One block's test: `accepted` proposals kept (A), then `next_token` (0-d), the correction or the bonus."""
+
+    accepted: int
+    next_token: torch.Tensor
+
 
 def accept_block(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.Tensor | None, *,
-                 temperature: float, top_k, generator, one_hot: bool = False) -> tuple[int, torch.Tensor]:
-    """(A, the token after the A accepted proposals, 0-d) for target logits (k+1, V) and proposals (k,).
+                 temperature: float, top_k, generator, one_hot: bool = False) -> Acceptance:
+    """Acceptance(A, the token after the A accepted proposals, 0-d) for target logits (k+1, V) and proposals (k,).
 
     Greedy (temperature 0) keeps proposals while they equal the target's argmax; otherwise q_rows (k, V) are
     the rows that drew the proposals, and one_hot=True says each is one-hot at its proposal (the residual
@@ -33,7 +45,7 @@ def accept_block(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.
         best = p_logits.argmax(-1)  # (k+1,) the target's greedy choice at every slot
         both = torch.cat([best[:k], proposals]).tolist()  # one transfer: argmaxes, then proposals
         a = next((j for j in range(k) if both[j] != both[k + j]), k)
-        return a, best[a]
+        return Acceptance(a, best[a])
     p_rows = policy_probs(p_logits, temperature, top_k)  # (k+1, V)
     idx = proposals[:, None]  # (k, 1)
     p_x = p_rows[:k].gather(1, idx).T  # (1, k) target prob of each proposal
@@ -48,7 +60,7 @@ def accept_block(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.
         r[proposals[a]] = 0.0
     else:
         r = residual_weights(p_rows[a], q_rows[a])  # (V,)
-    return a, sample_rows(r, generator)  # 0-d; its own uniform, after the k acceptance ones
+    return Acceptance(a, sample_rows(r, generator))  # 0-d; its own uniform, after the k acceptance ones
 
 
 def _check_block(p_logits, proposals, q_rows, *, needs_q: bool) -> int:

@@ -1,7 +1,7 @@
 """The alignment test ("the logit at r predicts r+1"): block scoring in one pass against incremental scoring.
 
 A causal LM run on prefix + proposals returns one row per position; the row at position r judges the token
-at r + 1. `check_alignment` compares the k + 1 rows a verifier slices from one pass with the rows computed
+at r + 1. `alignment_report` compares the k + 1 rows a verifier slices from one pass with the rows computed
 by running the model on exactly each proposal's own prefix, so an off-by-one slice cannot hide.
 """
 from __future__ import annotations
@@ -13,6 +13,8 @@ import torch.nn as nn
 
 from .._checks import check_int, check_real, check_token_ids
 from ..sampling import total_variation
+
+__all__ = ["max_row_tv", "incremental_scores", "block_scores", "AlignmentReport", "alignment_report", "alignment_tv"]
 
 
 def _check_block(model: nn.Module, prefix, proposals) -> torch.Tensor:
@@ -64,7 +66,7 @@ class AlignmentReport:
     rows: int
 
 
-def check_alignment(model: nn.Module, prefix: torch.Tensor, proposals: torch.Tensor,
+def alignment_report(model: nn.Module, prefix: torch.Tensor, proposals: torch.Tensor,
                     offset: int = 0, atol: float = 1e-5) -> AlignmentReport:
     """Does block scoring at this offset reproduce incremental scoring on every row both have?"""
     atol = check_real("atol", atol, low=0.0)

@@ -17,6 +17,22 @@ from ..cost import BestK, best_k
 from .measure import median_times
 from .steps import sync
 
+__all__ = ["LinearCost", "fit_c_v", "best_k_by_batch", "BatchCost", "time_batched_passes", "batch_cost"]
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """c_v(k) = base + slope * k, in units of one target decode step; prints as the formula."""
+
+    base: float
+    slope: float
+
+    def __call__(self, k: int) -> float:
+        return self.base + self.slope * k
+
+    def __str__(self) -> str:
+        return f"{self.base:g} + {self.slope:g} k"
+
 
 def fit_c_v(ks, c_v) -> tuple[float, float]:
     """(c0, slope): the least-squares line c_v(k) = c0 + slope k through measured (k, c_v(k)), at least 2 ks."""
@@ -33,7 +49,7 @@ def fit_c_v(ks, c_v) -> tuple[float, float]:
 
 def best_k_by_batch(fits, alpha, c_d: float, *, k_max: int = 16) -> list[BestK]:
     """sd.best_k for each (c0, slope) in fits, with c_v(k) = c0 + slope k (a line not > 0 up to k_max raises)."""
-    return [best_k(alpha, c_d, lambda k, c0=c0, s=s: c0 + s * k, k_max=k_max) for c0, s in fits]
+    return [best_k(alpha, c_d=c_d, c_v=lambda k, c0=c0, s=s: c0 + s * k, k_max=k_max) for c0, s in fits]
 
 
 @dataclass(frozen=True)

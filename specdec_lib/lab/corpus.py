@@ -8,6 +8,8 @@ import torch
 
 from .._checks import check_choice, check_int
 
+__all__ = ["corpus_files", "corpus", "corpus_prompts"]
+
 
 def corpus_files() -> list[pathlib.Path]:
     """The top-level *.py files of this interpreter's standard library, sorted by name."""

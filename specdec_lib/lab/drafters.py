@@ -4,7 +4,7 @@ A drafter keeps a per-run state (start), proposes k tokens after the n committed
 drew them (propose), and forgets what verification rejected (rollback):
 
   NeuralDraft        a small CachedLM with a rollback KV cache; q is its policy's distribution
-  TableDraft         a token n-gram table from the training corpus (sd.build_ngram); one-hot q, no network
+  TableDraft         a token n-gram table from the training corpus (sd.lab.build_ngram); one-hot q, no network
   PromptLookupDraft  copies what followed the latest earlier match of the last m tokens; one-hot q
 
 A one-hot q proposes one token with probability 1, so the acceptance test keeps it with probability p(x) and
@@ -17,6 +17,8 @@ import torch
 from .._checks import check_int
 from .ngram import NGramTable
 from .steps import pick, prefill
+
+__all__ = ["draft_block", "NeuralDraft", "OneHotDraft", "TableDraft", "PromptLookupDraft", "as_drafter"]
 
 
 def draft_block(draft, cache, x: torch.Tensor, k: int, *, temperature: float, top_k, generator):
@@ -93,7 +95,7 @@ class TableDraft(OneHotDraft):
 
     def __init__(self, table: NGramTable, name: str = "table"):
         if not isinstance(table, NGramTable):
-            raise TypeError(f"table must be an NGramTable (sd.build_ngram), got {type(table).__name__}")
+            raise TypeError(f"table must be an NGramTable (sd.lab.build_ngram), got {type(table).__name__}")
         super().__init__(table.vocab, name)
         self.table = table
 

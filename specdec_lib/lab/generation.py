@@ -7,7 +7,7 @@ prefix; a neural draft's may lag one token behind (after a full block), and its 
 (lab/drafters.py: the neural, table and prompt-lookup drafts).
 
 Both decoders are built from three phases, decode_step (plain), a drafter's propose and verify_round (a
-round), and sd.time_terms times those same functions on their own: the clock measures the code that runs.
+round), and sd.lab.time_terms times those same functions on their own: the clock measures the code that runs.
 """
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import time
 
 import torch
 
-from .._checks import check_generator, check_int, check_token_ids
+from .._checks import check_int, check_token_ids
 from ..policy import apply_policy
 from ..telemetry import SpecDecodeLog
 from .accept import accept_block
 from .drafters import as_drafter, draft_block
-from .steps import check_policy, pick, prefill, sync
+from .steps import GREEDY, Decoding, check_policy, pick, prefill, sync
 
-__all__ = ["check_policy", "decode_step", "draft_block", "exact_continuations", "generate_plain",
+__all__ = ["Decoding", "GREEDY", "check_policy", "decode_step", "draft_block", "exact_continuations", "generate_plain",
            "generate_speculative", "prefill", "sync", "verify_round"]  # draft_block, prefill: as before the move
 
 
@@ -40,19 +40,19 @@ def decode_step(model, cache, last: torch.Tensor, *, temperature: float, top_k, 
     return pick(model(last[None], cache)[0, -1], temperature, top_k, generator)[0]
 
 
-def verify_round(target, t_cache, d_state, last: torch.Tensor, proposals: torch.Tensor, q_rows, *, n: int,
-                 temperature: float, top_k, generator, drafter=None) -> tuple[int, torch.Tensor]:
-    """One verification (V(k)): a target pass over last (1,) + proposals (k,), the acceptance test, the rollback.
+def verify_round(target, t_cache, d_state, block: torch.Tensor, q_rows, *, n: int, decoding: Decoding,
+                 drafter=None) -> tuple[int, torch.Tensor]:
+    """One verification (V(k)): a target pass over block (k+1,), the acceptance test, the rollback.
 
+    block is the last committed token, then the k proposals; q_rows (k, V) the draft's rows (None when greedy).
     n is the number of committed tokens (the target's cache holds all but the last). Returns (A, the token
     after the A accepted proposals, 0-d). The target's cache is cropped to the n + A committed tokens (for
     correctness), and the draft's state too (drafter.rollback; d_state a draft's KVCache when drafter is None),
-    so that its next proposals start from them. The test is sd.accept_block: verify_batch's draws, one block.
+    so that its next proposals start from them. The test is sd.lab.accept_block: verify_batch's draws, one block.
     """
-    block = torch.cat([last, proposals])  # (k+1,)
     p_logits = target(block[None], t_cache)[0]  # (k+1, V); row j conditions on proposals[:j]
-    a, nxt = accept_block(p_logits, proposals, q_rows, temperature=temperature, top_k=top_k, generator=generator,
-                          one_hot=getattr(drafter, "one_hot", False))
+    test = accept_block(p_logits, block[1:], q_rows, **decoding.kwargs(), one_hot=getattr(drafter, "one_hot", False))
+    a, nxt = test.accepted, test.next_token
     t_cache.crop(n + a)
     if drafter is None:
         d_state.crop(min(d_state.length, n + a))
@@ -69,24 +69,29 @@ def _check_log(log, k: int) -> None:
             raise ValueError(f"log was made for k = {log.k}, but k = {k}")
 
 
+def _check_decoding(decoding) -> Decoding:
+    if not isinstance(decoding, Decoding):
+        raise TypeError(f"decoding must be a Decoding, got {type(decoding).__name__}")
+    return decoding
+
+
 @torch.inference_mode()
-def generate_plain(model, prompt: torch.Tensor, n_new: int, *, temperature: float = 0.0, top_k: int | None = None,
-                   generator: torch.Generator | None = None, log: SpecDecodeLog | None = None) -> torch.Tensor:
-    """n_new tokens (LongTensor (n_new,)) from model alone, one cached decode step per token.
+def generate_plain(model, prompt: torch.Tensor, n_new: int, *, decoding: Decoding = GREEDY,
+                   log: SpecDecodeLog | None = None) -> torch.Tensor:
+    """n_new tokens (LongTensor (n_new,)) from model alone, one cached decode step per token, under decoding.
 
     A log made with k = 0 records each step as a round (no draft, one target call, one token).
     """
     n_new = check_int("n_new", n_new, minimum=1)
     prompt = _check_prompt(prompt, model, n_new)
-    temperature, top_k = check_policy(temperature, top_k)
-    generator = check_generator(generator)
+    policy = _check_decoding(decoding).kwargs()
     _check_log(log, 0)
     cache = prefill(model, prompt)
     out = prompt.new_empty(n_new)
     last = prompt[-1:]  # (1,)
     for i in range(n_new):
         t0 = time.perf_counter()
-        last = decode_step(model, cache, last, temperature=temperature, top_k=top_k, generator=generator)  # (1,)
+        last = decode_step(model, cache, last, **policy)  # (1,)
         out[i] = last[0]
         if log is not None:
             sync(out)
@@ -95,12 +100,12 @@ def generate_plain(model, prompt: torch.Tensor, n_new: int, *, temperature: floa
 
 
 @torch.inference_mode()
-def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int, *, temperature: float = 0.0,
-                         top_k: int | None = None, generator: torch.Generator | None = None,
+def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int, *, decoding: Decoding = GREEDY,
                          log: SpecDecodeLog | None = None) -> torch.Tensor:
     """n_new tokens from target, k draft proposals per round verified in one cached target pass.
 
-    draft is a drafter (sd.NeuralDraft, sd.TableDraft, sd.PromptLookupDraft) or a draft model (a NeuralDraft).
+    draft is a drafter (sd.lab.NeuralDraft, sd.lab.TableDraft, sd.lab.PromptLookupDraft) or a draft model
+    (a NeuralDraft).
     Temperature 0 is greedy (keep proposals while they equal the target's argmax); otherwise both sides
     follow the same policy (temperature, top-k) and the acceptance test keeps or resamples (verify_batch's
     rule), so the output is distributed exactly as the target's under that policy. Each round is logged in `log`.
@@ -112,24 +117,22 @@ def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int
     _check_prompt(prompt, drafter, n_new, extra=k)
     if drafter.vocab != target.vocab:
         raise ValueError(f"draft and target must share a vocabulary, got {drafter.vocab} and {target.vocab}")
-    temperature, top_k = check_policy(temperature, top_k)
-    generator = check_generator(generator)
+    decoding = _check_decoding(decoding)
     _check_log(log, k)
     L = prompt.numel()
     seq = prompt.new_empty(L + n_new + k + 1)  # committed tokens (and room for one overshooting block)
     seq[:L] = prompt
     t_cache, d_state = prefill(target, prompt), drafter.start(prompt)
-    n = L  # committed so far
+    n, policy = L, decoding.kwargs()  # committed so far; the policy's keywords, read once
     while n < L + n_new:
         t0 = time.perf_counter()
         # draft: catch up on committed tokens it has not read (1, or 2 after a full block), then k proposals
-        proposals, q_rows = drafter.propose(d_state, seq, n, k, temperature=temperature, top_k=top_k,
-                                            generator=generator)
+        proposals, q_rows = drafter.propose(d_state, seq, n, k, **policy)
         if log is not None:  # a clock read needs the draft's work done; without a log, no wait
             sync(proposals)
         t1 = time.perf_counter()
-        a, nxt = verify_round(target, t_cache, d_state, seq[n - 1:n], proposals, q_rows, n=n,
-                              temperature=temperature, top_k=top_k, generator=generator, drafter=drafter)
+        block = torch.cat([seq[n - 1:n], proposals])  # (k+1,): the last committed token, then the proposals
+        a, nxt = verify_round(target, t_cache, d_state, block, q_rows, n=n, decoding=decoding, drafter=drafter)
         seq[n:n + a] = proposals[:a]
         seq[n + a] = nxt
         emitted = min(a + 1, L + n_new - n)
@@ -157,6 +160,6 @@ def exact_continuations(model, prompt: torch.Tensor, horizon: int, *, temperatur
         raise ValueError(f"V**horizon = {V ** horizon} continuations is too many to enumerate (max 65536)")
     conts = torch.cartesian_prod(*[torch.arange(V)] * horizon).reshape(-1, horizon)  # (V^h, h), first token major
     seqs = torch.cat([prompt.expand(len(conts), L), conts], dim=1)  # (V^h, L + h)
-    probs = apply_policy(model(seqs).double(), temperature, top_k)  # (V^h, L + h, V)
+    probs = apply_policy(model(seqs).double(), temperature=temperature, top_k=top_k)  # (V^h, L + h, V)
     rows = probs[:, L - 1:L - 1 + horizon]  # (V^h, h, V): row j predicts continuation token j
     return rows.gather(-1, conts[..., None]).squeeze(-1).prod(-1)  # (V^h,)

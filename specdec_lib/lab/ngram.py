@@ -15,6 +15,8 @@ import torch
 from .._checks import check_int, check_token_ids
 from .corpus import corpus
 
+__all__ = ["MAX_CONTEXTS", "NGramTable", "build_ngram", "corpus_table"]
+
 MAX_CONTEXTS = 1 << 24  # entries of the largest dense table (16 MB of bytes): 256**3, orders up to 4 over bytes
 
 

@@ -1,9 +1,13 @@
 """Lab: the hot-path pieces every decoder and draft shares: the policy's rows, one token choice, a prefilled cache."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from .._checks import check_int, check_real
+from .._checks import check_generator, check_int, check_real
+
+__all__ = ["Decoding", "GREEDY", "check_policy", "policy_probs", "pick", "prefill", "sync"]
 
 
 def check_policy(temperature, top_k) -> tuple[float, int | None]:
@@ -12,6 +16,27 @@ def check_policy(temperature, top_k) -> tuple[float, int | None]:
     if top_k is not None:
         top_k = check_int("top_k", top_k, minimum=1)
     return temperature, top_k
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How a decoder picks tokens: the sampling policy (temperature >= 0, 0 is greedy; top_k >= 1 or None) and
+    the generator of its draws (None: torch's global one)."""
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    generator: torch.Generator | None = None
+
+    def __post_init__(self):
+        check_policy(self.temperature, self.top_k)
+        check_generator(self.generator)
+
+    def kwargs(self) -> dict:
+        """temperature=, top_k=, generator= for the phases that take them (decode_step, a drafter's propose)."""
+        return {"temperature": self.temperature, "top_k": self.top_k, "generator": self.generator}
+
+
+GREEDY = Decoding()  # argmax everywhere, no draws
 
 
 def policy_probs(logits: torch.Tensor, temperature: float, top_k) -> torch.Tensor:

@@ -17,6 +17,11 @@ import torch.nn.functional as F
 
 from .._checks import check_int, check_token_ids
 
+__all__ = [
+    "LMConfig", "TARGET_CONFIG", "DRAFT_CONFIG", "KVCache", "CachedAttention", "CachedBlock", "CachedLM",
+    "check_positions_and_mask", "n_params", "TinyCausalLM"
+]
+
 
 @dataclass(frozen=True)
 class LMConfig:
@@ -117,7 +122,7 @@ class CachedLM(nn.Module):
     def __init__(self, config: LMConfig, *, seed: int = 0, init_std: float = 0.02):
         super().__init__()
         self.config = config
-        self.vocab, self.max_len = config.vocab, config.max_len  # what sd.check_alignment reads
+        self.vocab, self.max_len = config.vocab, config.max_len  # what sd.lab.alignment_report reads
         with torch.random.fork_rng(devices=[]):  # the layers' default init draws from the global RNG; restore it
             self.tok_emb = nn.Embedding(config.vocab, config.d_model)
             self.pos_emb = nn.Embedding(config.max_len, config.d_model)

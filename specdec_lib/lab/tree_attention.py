@@ -3,8 +3,8 @@
 Serving systems (SpecInfer, Medusa, EAGLE, SGLang) flatten the tree's nodes into one sequence after the prefix.
 Two things keep that pass equal to running the target on each node's root path: node i attends to the prefix
 and to its own ancestors only (the ancestor mask, not the causal mask over the flattened sequence), and its
-position id is len(prefix) + depth(i) - 1, not its index in the flattened sequence. `check_tree_alignment`
-compares the one pass with the ground truth `path_scores`, node by node, as `check_alignment` does for a chain.
+position id is len(prefix) + depth(i) - 1, not its index in the flattened sequence. `tree_alignment_report`
+compares the one pass with the ground truth `path_scores`, node by node, as `alignment_report` does for a chain.
 """
 from __future__ import annotations
 
@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .._checks import check_choice, check_int, check_numbers, check_real, check_token_ids
+from .._checks import check_choice, check_int, check_numbers, check_real, check_token_ids, check_widths
 from .alignment import max_row_tv
 from .transformer import CachedLM
+
+__all__ = ["MASKS", "POSITIONS", "FlatTree", "tree_from_widths", "check_flat_tree", "tree_mask", "tree_positions",
+           "check_tree_inputs", "tree_scores", "path_scores", "TreeAlignmentReport", "tree_alignment_report"]
 
 MASKS = ("ancestor", "causal")  # the tree's ancestor mask; the causal mask over the flattened tree (wrong)
 POSITIONS = ("depth", "flat")   # len(prefix) + depth - 1; len(prefix) + index in the flattened tree (wrong)
@@ -66,11 +69,7 @@ class FlatTree:
 
 def tree_from_widths(widths, tokens: torch.Tensor) -> FlatTree:
     """The static tree with widths[d] children per node at depth d, breadth-first, tokens (N,) in that order."""
-    if not isinstance(widths, (tuple, list)):
-        raise TypeError(f"widths must be a tuple of ints (children per node, by depth), got {type(widths).__name__}")
-    if not widths:
-        raise ValueError("widths must be non-empty: one width per depth of the tree")
-    widths = [check_int(f"widths[{d}]", w, minimum=1) for d, w in enumerate(widths)]
+    widths = list(check_widths(widths))
     parents, level = [], [-1]  # the nodes of the previous depth; the root is -1
     for w in widths:
         start = len(parents)
@@ -167,7 +166,7 @@ class TreeAlignmentReport:
     nodes: int
 
 
-def check_tree_alignment(model: CachedLM, prefix: torch.Tensor, tree: FlatTree, *, mask: str = "ancestor",
+def tree_alignment_report(model: CachedLM, prefix: torch.Tensor, tree: FlatTree, *, mask: str = "ancestor",
                          positions: str = "depth", atol: float = 1e-5) -> TreeAlignmentReport:
     """Does one tree pass with this mask and these positions reproduce path_scores at the root and every node?"""
     atol = check_real("atol", atol, low=0.0)

@@ -13,6 +13,11 @@ import torch
 from .._checks import check_choice
 from .transformer import CachedLM, LMConfig
 
+__all__ = [
+    "WEIGHTS_DIR", "WEIGHTS_FILE", "DEEP_DRAFT_CONFIG", "DRAFT_FILES", "load_pair", "load_draft", "save_models",
+    "save_pair"
+]
+
 WEIGHTS_DIR = pathlib.Path(__file__).parent / "weights"
 WEIGHTS_FILE = "pair.pt"
 DEEP_DRAFT_CONFIG = LMConfig(vocab=256, d_model=64, n_head=2, n_layer=2, max_len=192)

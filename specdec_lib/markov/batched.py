@@ -4,7 +4,7 @@ reference.py decodes one sequence, step by step, as the algorithm reads. This mo
 for every unfinished sequence together. On a Markov chain everything a round needs depends on one or two
 states, so it is precomputed as tables, flattened so that one gather reads a whole batch:
 
-  acc[(r V + c) V + y]     = min(1, P[r, y] / R[c, y])   target row r judges y, believed drawn by R[c]
+  acc[(r V + c) V + y]     = the chance target row r keeps y, believed drawn by R[c] (min(1, P[r, y] / R[c, y]))
   fix[(r V + c) V + y]     = CDF of what rejecting y samples, for target row r and believed state c
   fix[V^3 + y_k]           = CDF of the bonus token after a full block ending in y_k
 
@@ -16,15 +16,19 @@ schedule each row has its own k and the block is sized by the largest (a lone ro
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
 from .._checks import check_generator, check_int
-from ..sampling import accept_ratio, residual_weights
-from .draft_rules import fix_tables, ngram_proposals_batch
+from . import semantics as sem
+from .draft_rules import ngram_proposals_batch
 from .registry import MODES, make_decoder
-from .spec import TARGET_ONLY, Decoder, DecoderSpec, target_only_accept
+from .spec import Decoder, DecoderSpec
+
+__all__ = ["POST_MODES", "DECODER_MODES", "Tables", "cdf_table", "draw", "accept_table", "residual_table", "tables",
+           "Round", "run_round", "decode_markov", "decode_tables"]
 
 POST_MODES = ("correct", "bad_draft", "mismatched_q", "phantom_history", "off_by_one")  # the post's five decoders
 DECODER_MODES = {name: MODES[name].description for name in POST_MODES}
@@ -51,51 +55,45 @@ def draw(cdf_cols: torch.Tensor, rows: torch.Tensor, u: torch.Tensor) -> torch.T
     return count.long()
 
 
-def accept_table(P: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
-    """acc[r, c, y] = min(1, P[r, y] / R[c, y]): target row r judges proposal y, believed drawn by R[c]."""
-    acc = accept_ratio(P.double()[:, None, :], R.double()[None, :, :])  # (V, V, V)
-    return torch.nan_to_num(acc, nan=0.0)  # 0/0 only at pairs no consistent draft proposes
+def accept_table(P: torch.Tensor, R: torch.Tensor, spec: DecoderSpec) -> torch.Tensor:
+    """acc[r, c, y]: the chance target row r keeps proposal y, believed drawn by R[c] (semantics.acceptance)."""
+    return sem.acceptance(spec, P.double()[:, None, :], R.double()[None, :, :])  # (V, V, V)
 
 
-def residual_weights_by_kind(p: torch.Tensor, q: torch.Tensor, y_hot: torch.Tensor, kind: str) -> torch.Tensor:
-    """What a rejection samples from (unnormalised, last axis V): the right residual or one of its known bugs."""
-    if kind == "normalised":
-        return residual_weights(p, q)  # [p - q]_+, p itself where nothing is left
-    if kind == "softmax":
-        return torch.softmax(torch.clamp(p - q, min=0), dim=-1)  # every token gets e^0 = 1 at least
-    if kind == "target":
-        return p.clone()
-    w = p * (1 - y_hot)  # single_token: p with only the rejected token removed
-    return torch.where(w.sum(-1, keepdim=True) <= 0, p, w)
-
-
-def residual_table(P: torch.Tensor, R: torch.Tensor, kind: str = "normalised") -> torch.Tensor:
+def residual_table(P: torch.Tensor, R: torch.Tensor, spec: DecoderSpec) -> torch.Tensor:
     """CDF (V, V, V, V) of what a rejection samples, at [target row r, believed draft state c, rejected token y]."""
     V = P.shape[0]
     p = P.double()[:, None, None, :]  # (V, 1, 1, V)
     q = R.double()[None, :, None, :]  # (1, V, 1, V)
     y_hot = torch.eye(V, dtype=torch.float64)[None, None]  # (1, 1, V, V)
-    return cdf_table(residual_weights_by_kind(p, q, y_hot, kind).expand(V, V, V, V))
+    return cdf_table(sem.residual_weights(spec, p, q, y_hot).expand(V, V, V, V))
 
 
-def tables(dec: Decoder) -> dict:
+@dataclass(frozen=True)
+class Tables:
     """Every table a round reads, flattened for gathers (see the module docstring for the indices)."""
+
+    V: int
+    acc: torch.Tensor  # (V^3,) acceptance chances
+    q: torch.Tensor  # (V^2,) the proposing table, for a confidence stop
+    draft: torch.Tensor  # CDF columns of the proposing table, for draw
+    target: torch.Tensor  # CDF columns of the target table (a match test's own sample)
+    fix: torch.Tensor  # CDF columns of the residuals (V^3 rows) then the bonus (V rows)
+    phantom: torch.Tensor  # CDF columns of the draft's own table (a phantom token)
+
+
+def tables(dec: Decoder) -> Tables:
+    """Every table a round reads, built from semantics.py's meanings of the spec, flattened for gathers."""
     V, spec = dec.target.shape[0], dec.spec
-    fixed = fix_tables(spec, dec.target)  # target-only laws (V, V): argmax, typical
-    bonus = cdf_table({"target": dec.target, "draft": dec.draft, **fixed}[spec.bonus])  # (V, V) indexed by y_k
-    if spec.residual in fixed:  # a law of the target row alone, whatever the draft and the rejected token
-        residual = cdf_table(fixed[spec.residual][:, None, None, :].expand(V, V, V, V))
-    else:
-        residual = residual_table(dec.target, dec.ratio, spec.residual)
-    fix = torch.cat([residual.reshape(V ** 3, V), bonus])
-    if spec.acceptance in TARGET_ONLY:  # keep[r, y]: the test reads p alone (typical: 0 or 1, u < 1 always holds)
-        acc = target_only_accept(spec, dec.target)[:, None, :].expand(V, V, V).reshape(-1)
-    else:
-        acc = accept_table(dec.target, dec.ratio).reshape(-1)
-    cols = {name: table.T.contiguous() for name, table in  # CDF tables transposed, for draw
-            {"draft": cdf_table(dec.propose), "target": cdf_table(dec.target), "fix": fix,
-             "phantom": cdf_table(dec.draft)}.items()}
-    return {"V": V, "acc": acc, "q": dec.propose.double().reshape(-1), **cols}  # acc: (V^3,), q: (V^2,)
+    bonus = cdf_table(sem.bonus_row(spec, dec.target.double(), dec.draft.double()))  # (V, V) indexed by y_k
+    fix = torch.cat([residual_table(dec.target, dec.ratio, spec).reshape(V ** 3, V), bonus])
+    acc = accept_table(dec.target, dec.ratio, spec).reshape(-1)
+
+    def cols(table: torch.Tensor) -> torch.Tensor:  # a CDF table transposed, for draw
+        return table.T.contiguous()
+
+    return Tables(V=V, acc=acc, q=dec.propose.double().reshape(-1), draft=cols(cdf_table(dec.propose)),
+                  target=cols(cdf_table(dec.target)), fix=cols(fix), phantom=cols(cdf_table(dec.draft)))
 
 
 class Round(NamedTuple):
@@ -122,13 +120,13 @@ class Round(NamedTuple):
         flat[base + self.where] = self.token
 
 
-def run_round(spec: DecoderSpec, t: dict, s, d0, k: int, u, k_row=None, lookup=None) -> Round:
+def run_round(spec: DecoderSpec, t: Tables, s, d0, k: int, u, k_row=None, lookup=None) -> Round:
     """One round for m sequences in committed state s (m,), draft state d0 (m,), uniforms u (2k + 1 [+ 1], m).
 
     The same four steps as reference.decode_one, each over all m sequences, one slot at a time. k_row (m,): each
     row's own k (at most k) under a schedule; lookup: (proposals (k, m), count (m,)) copied from the text.
     """
-    V = t["V"]
+    V = t.V
     count = torch.full_like(s, k) if k_row is None else k_row  # (m,) proposals each row drafts
     # 1. draft: k proposals, each drawn from the draft's state before it (or copied by a lookup)
     if lookup is not None:
@@ -137,12 +135,12 @@ def run_round(spec: DecoderSpec, t: dict, s, d0, k: int, u, k_row=None, lookup=N
     else:
         d = [d0]
         for j in range(k):
-            d.append(draw(t["draft"], d[j], u[j]))
+            d.append(draw(t.draft, d[j], u[j]))
         props = d[1:]
     if spec.stop == "confidence":  # a row stops after its first token with q(y) < confidence, keeping it
         done = torch.zeros_like(s, dtype=torch.bool)
         for j, y in enumerate(props):
-            low = (t["q"].take(d[j] * V + y) < spec.confidence) & ~done & (j < count)
+            low = (t.q.take(d[j] * V + y) < spec.confidence) & ~done & (j < count)
             count, done = torch.where(low, j + 1, count), done | low
     # 2. verify slot by slot; a sequence stays alive until its first rejection
     alive = torch.ones_like(s, dtype=torch.bool)
@@ -154,14 +152,14 @@ def run_round(spec: DecoderSpec, t: dict, s, d0, k: int, u, k_row=None, lookup=N
     for j, y in enumerate(props):
         active = j < count  # (m,) the row drafted proposal j
         committed = s if j == 0 else props[j - 1]  # the committed state right before y
-        judge = y if spec.judge == "off_by_one" else committed  # the target row that judges y
-        qctx = d[j] if spec.ratio_context == "draft" else committed  # where the verifier evaluates q
+        judge = sem.judge_row(spec, committed, y)  # the target row that judges y
+        qctx = sem.ratio_state(spec, d[j], committed)  # where the verifier evaluates q
         index = (judge * V + qctx) * V + y  # into acc, and the residual row of fix
         if spec.acceptance == "match":
-            sample = draw(t["target"], judge, u[k + j])
+            sample = draw(t.target, judge, u[k + j])
             ok = sample == y
         else:
-            ok = u[k + j] < t["acc"].take(index)
+            ok = u[k + j] < t.acc.take(index)
         if j == 0 and not spec.verify_first:
             ok = torch.ones_like(ok)
         rejected = alive & active & ~ok  # rejected here, at the first failure
@@ -169,13 +167,13 @@ def run_round(spec: DecoderSpec, t: dict, s, d0, k: int, u, k_row=None, lookup=N
             sample_at = torch.where(rejected, sample, sample_at)
         # the coin peeker stops before y instead: the target's bonus row at the committed state
         rejected_row = torch.where(rejected, V ** 3 + committed if spec.stop == "coin" else index, rejected_row)
-        if spec.residual_uniform == "reused":  # the rejected slot's acceptance uniform: U(a, 1), not U(0, 1)
-            u_fix = torch.where(rejected, u[k + j], u_fix)
+        # the uniform the residual draw reads (reused: the rejected slot's acceptance uniform, U(a, 1): wrong)
+        u_fix = torch.where(rejected, sem.fix_uniform(spec, u[k + j], u[2 * k]), u_fix)
         alive &= ok | ~active
         accepted += alive & active
         last_prop = torch.where(active, y, last_prop)
     # 3. the target's token: the residual draw at the first rejection, or the bonus after a full block
-    nxt = draw(t["fix"], torch.where(alive, V ** 3 + last_prop, rejected_row), u_fix)
+    nxt = draw(t.fix, torch.where(alive, V ** 3 + last_prop, rejected_row), u_fix)
     if spec.acceptance == "match":  # at a mismatch the target's own sample is the token
         nxt = torch.where(alive, nxt, sample_at)
     # 4. what to commit: the accepted proposals, then the target's token in column `where` (a kept rejected
@@ -184,11 +182,11 @@ def run_round(spec: DecoderSpec, t: dict, s, d0, k: int, u, k_row=None, lookup=N
     return Round(proposals=props, token=nxt, where=where, accepted=accepted, last_proposal=last_prop, drafted=count)
 
 
-def decode_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, n: int,
+def decode_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, num_samples: int,  # noqa: PLR0913 (the Markov engines' one shared signature)
                   mode: str = "correct", generator: torch.Generator | None = None,
                   Q_bad: torch.Tensor | None = None, temperature: float = 1.0, top_k: int | None = None,
                   top_p: float | None = None, log=None, options: dict | None = None) -> torch.Tensor:
-    """n sequences (n, horizon) from a speculative block decoder over Markov target P and draft Q.
+    """num_samples sequences (num_samples, horizon) from a speculative block decoder over Markov target P and draft Q.
 
     `mode` is a registered decoder (`failure_modes()`; the post's five are DECODER_MODES); bad_draft and
     mismatched_q also need `Q_bad`. The sampling policy (temperature 0 is greedy) is applied to every table
@@ -201,16 +199,17 @@ def decode_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int,
     """
     dec = make_decoder(P, Q, start=start, horizon=horizon, k=k, mode=mode, Q_bad=Q_bad, temperature=temperature,
                        top_k=top_k, top_p=top_p, options=options)
-    n = check_int("n", n, minimum=1)
+    n = check_int("num_samples", num_samples, minimum=1)
     generator = check_generator(generator)
     if log is not None and getattr(log, "k", None) != dec.max_k:
         raise ValueError(f"log must be a SpecDecodeLog with the same k = {dec.max_k}")
-    return decode_tables(dec, tables(dec), n=n, generator=generator, log=log)
+    return decode_tables(dec, tables(dec), num_samples=n, generator=generator, log=log)
 
 
-def decode_tables(dec: Decoder, t: dict, *, n: int, generator: torch.Generator | None, log=None) -> torch.Tensor:
+def decode_tables(dec: Decoder, t: Tables, *, num_samples: int, generator: torch.Generator | None,
+                  log=None) -> torch.Tensor:
     """decode_markov's loop, for a validated decoder and its tables (built once when decoding many batches)."""
-    spec, horizon = dec.spec, dec.horizon
+    spec, horizon, n = dec.spec, dec.horizon, num_samples
 
     width = horizon + dec.max_k + 1  # committed tokens, plus room for one round's overshoot (a round writes k + 1)
     buf = torch.empty(n, width, dtype=torch.long)
@@ -223,7 +222,7 @@ def decode_tables(dec: Decoder, t: dict, *, n: int, generator: torch.Generator |
     while ids.numel():
         k = int(k_row.max()) if spec.schedule == "hf" else dec.k  # one row alone draws exactly its own 2k + 1
         u = torch.rand(2 * k + 1 + spec.phantom, ids.numel(), dtype=torch.float64, generator=generator)
-        d0 = {"committed": last, "own_last_proposal": draft_last, "one_too_far": before}[spec.draft_context]
+        d0 = sem.draft_state(spec, last, before, draft_last)
         lookup = None
         if spec.proposer == "ngram":  # each row's committed text: the start token, then buf up to column at - 1
             full_seq = torch.cat([torch.full((ids.numel(), 1), dec.start), buf[ids]], 1)  # (m, 1 + W)
@@ -235,7 +234,7 @@ def decode_tables(dec: Decoder, t: dict, *, n: int, generator: torch.Generator |
         at, last = at + r.where + 1, r.token
         if spec.phantom:  # an unverified draft token slips into the history
             more = at < horizon
-            phantom = draw(t["phantom"], last, u[2 * k + 1])
+            phantom = draw(t.phantom, last, u[2 * k + 1])
             buf.view(-1)[(ids * width + at)[more]] = phantom[more]
             last = torch.where(more, phantom, last)
             at = at + more.long()
@@ -243,9 +242,7 @@ def decode_tables(dec: Decoder, t: dict, *, n: int, generator: torch.Generator |
             full_seq = torch.cat([torch.full((ids.numel(), 1), dec.start), buf[ids]], 1)  # (m, 1 + W)
             before = full_seq.gather(1, (at - 1)[:, None]).squeeze(1)
         draft_last = r.last_proposal
-        if spec.schedule == "hf":  # next_k for every row: + 2 after a full block, - 1 otherwise
-            k_row = torch.where(r.accepted == r.drafted, (k_row + 2).clamp(max=spec.k_max),
-                                (k_row - 1).clamp(min=spec.k_min))
+        k_row = sem.next_k(spec, k_row, accepted=r.accepted, drafted=r.drafted)  # hf: + 2 after a full block, - 1 else
         keep = at < horizon
         if not keep.all():
             keep = keep.nonzero().squeeze(1)

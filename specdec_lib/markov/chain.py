@@ -8,6 +8,9 @@ import torch
 from .._checks import check_distribution, check_generator, check_int, check_real, check_token_ids
 from ..sampling import sample_rows, total_variation
 
+__all__ = ["ReferenceChain", "random_table", "reference_chain", "check_table", "check_start", "sequence_law",
+           "direct_sample", "sequence_index", "empirical_sequences", "sequence_tv"]
+
 
 @dataclass(frozen=True)
 class ReferenceChain:
@@ -54,7 +57,7 @@ def check_start(start, vocab: int) -> int:
     return start
 
 
-def exact_sequence_distribution(P: torch.Tensor, start: int, horizon: int) -> torch.Tensor:
+def sequence_law(P: torch.Tensor, *, start: int, horizon: int) -> torch.Tensor:
     """Exact probability of every continuation of `start`, shape (V,) * horizon: a product of conditionals."""
     P = check_table("P", P)
     start = check_start(start, P.shape[0])
@@ -66,13 +69,13 @@ def exact_sequence_distribution(P: torch.Tensor, start: int, horizon: int) -> to
     return dist
 
 
-def direct_sample(P: torch.Tensor, start: int, horizon: int, n: int,
+def direct_sample(P: torch.Tensor, *, start: int, horizon: int, num_samples: int,
                   generator: torch.Generator | None = None) -> torch.Tensor:
-    """n sequences (n, horizon) sampled token by token from the target chain: the noise reference."""
+    """(num_samples, horizon) sequences sampled token by token from the target chain: the noise reference."""
     P = check_table("P", P)
     start = check_start(start, P.shape[0])
     horizon = check_int("horizon", horizon, minimum=1)
-    n = check_int("n", n, minimum=1)
+    n = check_int("num_samples", num_samples, minimum=1)
     generator = check_generator(generator)
     out = torch.empty(n, horizon, dtype=torch.long)
     cur = torch.full((n,), start, dtype=torch.long)

@@ -1,14 +1,17 @@
-"""Act V, bending the rules: the pieces every Markov engine (reference, batched, exact) shares for them.
+"""Act V, bending the rules: Medusa's threshold and the n-gram lookup every Markov engine shares (what each spec
+value means, the k schedule included, is semantics.py's).
 
 typical    Medusa's typical acceptance: keep y when p(y) > min(epsilon, delta exp(-H(p))), H with log(p + 1e-5)
            as in FasterDecoding/Medusa medusa/model/utils.py; the token after the prefix is argmax p (fast=True,
            the default) or a sample of p restricted to p >= the threshold (get_typical_one_token, fast=False)
-schedule   transformers' "heuristic": k + 2 after a fully accepted block, max(k_min, k - 1) otherwise
 lookup     prompt lookup with a 1-gram: copy what followed an earlier occurrence of the current token
 """
 from __future__ import annotations
 
 import torch
+
+__all__ = ["MEDUSA_EPS", "typical_threshold", "typical_accept", "typical_table", "argmax_table", "ngram_proposals",
+           "ngram_proposals_batch"]
 
 MEDUSA_EPS = 1e-5  # Medusa's entropy is -sum p log(p + 1e-5)
 
@@ -38,21 +41,6 @@ def typical_table(P: torch.Tensor, *, epsilon: float, delta: float) -> torch.Ten
 def argmax_table(P: torch.Tensor) -> torch.Tensor:
     """One-hot rows at each row's argmax (the first one on a tie): greedy target tokens."""
     return torch.nn.functional.one_hot(P.double().argmax(-1), P.shape[-1]).double()
-
-
-def fix_tables(spec, P: torch.Tensor) -> dict:
-    """{"argmax": ..., "typical": ...}: the target-only laws a residual or bonus kind may name, float64 (V, V)."""
-    out = {"argmax": argmax_table(P)}
-    if "typical" in (spec.residual, spec.bonus, spec.acceptance):
-        out["typical"] = typical_table(P, epsilon=spec.epsilon, delta=spec.delta)
-    return out
-
-
-def next_k(spec, k: int, *, accepted: int, drafted: int) -> int:
-    """The next round's k: unchanged for a fixed schedule; transformers' heuristic within [k_min, k_max]."""
-    if spec.schedule == "fixed":
-        return k
-    return min(k + 2, spec.k_max) if accepted == drafted else max(k - 1, spec.k_min)
 
 
 def ngram_proposals(history: list[int], k: int, match: str = "latest") -> list[int]:

@@ -1,67 +1,36 @@
 """Act II without sampling noise: a block decoder's exact output distribution, by walking every outcome.
 
-Starting from the empty prefix, probability is pushed through every branch of a round: each proposal, its
-acceptance or rejection, the residual (or bonus) draw, a phantom token; the round's end state is queued
-until every sequence reaches the horizon. The queue's key holds the next round's k too, so a k that a
-schedule changes from round to round is walked exactly, as are early stops and n-gram lookups. The same
-`DecoderSpec` drives this walk, the reference decoder and the batched one. A branch's mass is the product
-of the probabilities on its path:
+Starting from the empty prefix, probability is pushed through every branch of a round (`RoundWalk`): each
+proposal, its acceptance or rejection, the residual (or bonus) draw, a phantom token; the round's end states are
+queued in a frontier (`walk_law`) until every sequence reaches the horizon. The frontier's key holds the next
+round's k too, so a k that a schedule changes from round to round is walked exactly, as are early stops and
+n-gram lookups. What each spec value means comes from semantics.py, as for the reference decoder and the batched
+one; its tables are built once per decoder (`Laws`). A branch's mass is the product of the probabilities on it:
 
   propose y from the draft row d:     d[y]
-  accept it:                          a = min(1, p(y) / q(y))    (p(y) for match; a table of p for typical, SGLang)
-  reject it, then emit z:             (1 - a) * fix(z)           fix = the residual law (_fix_law)
-  after k acceptances, the bonus z:   p_{k+1}(z)
+  accept it:                          a = acc[r][c][y]           semantics.acceptance (min(1, p(y) / q(y)))
+  reject it, then emit z:             (1 - a) * fix[r][c][y][z]  semantics.rejection_law
+  after k acceptances, the bonus z:   bonus[y_k][z]             semantics.bonus_row (p_{k+1})
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
 import torch
 
-from .draft_rules import fix_tables, next_k, ngram_proposals
-from .reference import residual_weights
+from . import semantics as sem
+from .draft_rules import ngram_proposals
 from .registry import make_decoder
-from .spec import TARGET_ONLY, target_only_accept
+from .spec import Decoder
+
+__all__ = ["Laws", "FrontierKey", "WalkStats", "RoundWalk", "walk_law", "decoder_walk", "decoder_law"]
 
 
-def _rows(table: torch.Tensor) -> list[list[float]]:
-    """Rows of a table in float64, renormalised so each sums to 1 to machine precision."""
+def _rows(table: torch.Tensor) -> torch.Tensor:
+    """A table in float64, rows renormalised so each sums to 1 to machine precision."""
     table = table.double()
-    return (table / table.sum(-1, keepdim=True)).tolist()
-
-
-def _normalise(w: list[float]) -> list[float]:
-    total = sum(w)
-    return [x / total for x in w]
-
-
-def _fix_law(spec, p: list[float], q: list[float], y: int, a: float, fixed: dict) -> list[float]:
-    """Law of the token a rejection of y emits (given that it was rejected with acceptance probability a)."""
-    if spec.acceptance == "match":  # the target's own sample, conditioned on differing from y
-        return _normalise([0.0 if z == y else pz for z, pz in enumerate(p)])
-    if spec.residual in fixed:  # argmax p, or p above the typical threshold: the target row alone
-        return fixed[spec.residual]
-    w = residual_weights(spec, p, q, y)
-    if spec.residual_uniform == "fresh":
-        return _normalise(w)
-    # reused: the inverse-CDF draw sees u ~ U(a, 1), the acceptance uniform conditioned on a rejection
-    cdf, lo, law = _normalise(w), 0.0, []
-    last = max(z for z, x in enumerate(w) if x > 0)
-    for z, x in enumerate(cdf):
-        hi = 1.0 if z == last else min(lo + x, 1.0)
-        law.append(max(0.0, hi - max(lo, a)) / (1.0 - a) if z <= last else 0.0)
-        lo = hi if z < last else lo
-    return law
-
-
-def _accept_probability(spec, p: list[float], q: list[float], y: int, *, first: bool, keep: list[float]) -> float:
-    """The chance the test keeps proposal y: min(1, p(y) / q(y)); p(y) when a target sample must match y;
-    keep[y] for a test that reads p alone (the typical test: 0 or 1; SGLang's thresholds)."""
-    if first and not spec.verify_first:
-        return 1.0
-    if spec.acceptance == "match":
-        return p[y]
-    if spec.acceptance in TARGET_ONLY:  # the typical test (0 or 1) or SGLang's thresholds: p(y) alone
-        return keep[y]
-    return min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0)  # as accept_table: p/0 = inf, 0/0 -> 0
+    return table / table.sum(-1, keepdim=True)
 
 
 def _drafted(propose: list[list[float]], k: int, confidence: float) -> list[list[float]]:
@@ -74,117 +43,182 @@ def _drafted(propose: list[list[float]], k: int, confidence: float) -> list[list
     return g
 
 
-def _power_rows(table: list[list[float]], steps: int) -> list[list[float]]:
-    """Rows of table^steps: where a Markov draft is after `steps` more proposals."""
-    V = len(table)
-    out = [[float(i == j) for j in range(V)] for i in range(V)]
-    for _ in range(steps):
-        out = [[sum(out[i][m] * table[m][j] for m in range(V)) for j in range(V)] for i in range(V)]
+def _ahead(propose: torch.Tensor, k: int) -> list[list[list[float]]]:
+    """ahead[steps][i][j]: where a Markov draft is after `steps` more proposals (rows of propose^steps)."""
+    out, power = [], torch.eye(propose.shape[0], dtype=torch.float64)
+    for _ in range(k):
+        out.append(power.tolist())
+        power = power @ propose
     return out
 
 
-def walk_law(spec, target, propose, ratio, draft, start: int, horizon: int, k: int,
-             extra: dict) -> tuple[torch.Tensor, dict]:
-    """Exact output distribution (V,) * horizon of the decoder described by spec on these tables (rows as lists),
-    and its expected round counts: rounds (target calls), plain (rounds that drafted nothing), drafted
-    (proposals drafted, past the horizon too) and accepted (accepted proposals inside the horizon).
+@dataclass(frozen=True)
+class Laws:
+    """A decoder's tables as rows (lists), built once by semantics.py: everything the walk reads."""
 
-    extra: {"fixed": {kind: rows} of target-only laws (argmax, typical), "keep": rows of a target-only test}.
-    """
-    V = len(target)
-    out = torch.zeros((V,) * horizon, dtype=torch.float64)
-    stats = dict.fromkeys(("rounds", "plain", "drafted", "accepted"), 0.0)
-    fixed, keep = extra["fixed"], extra["keep"]
-    # (committed prefix, draft's stale state, the round's k) -> probability
-    frontier: dict[tuple, float] = {((), start, k): 1.0}
-    ahead = [] if spec.adaptive else [_power_rows(propose, steps) for steps in range(k)]  # draft after the tail
-    g = _drafted(propose, k, spec.confidence) if spec.stop == "confidence" else None
+    dec: Decoder
+    target: list  # target[r][z]: the target's rows
+    propose: list  # propose[d][y]: the draft's chance of proposing y from state d
+    draft: list  # the draft's own rows (a phantom token)
+    acc: list  # acc[r][c][y]: the chance target row r keeps y, believed drawn by R[c]
+    fix: list  # fix[r][c][y][z]: the law of the token a rejection of y emits (a fresh uniform; see rejection)
+    bonus: list  # bonus[y_k][z]: the bonus token's law after a full block
+    ahead: list  # ahead[steps][i][j]: the draft's state after `steps` more proposals (a stale cache)
+    drafted: list | None  # _drafted: expected drafts under a confidence stop
 
-    def finish(seq: tuple, mass: float) -> None:
-        out[seq[:horizon]] += mass
+    @classmethod
+    def of(cls, dec: Decoder) -> Laws:
+        spec, V = dec.spec, dec.target.shape[0]
+        p, q, propose = _rows(dec.target), _rows(dec.ratio), _rows(dec.propose)
+        eye = torch.eye(V, dtype=torch.float64)[None, None]
+        acc = sem.acceptance(spec, p[:, None, :], q[None, :, :])  # (V, V, V)
+        fix = sem.rejection_law(spec, p[:, None, None, :], q[None, :, None, :], eye, acc)  # (V, V, V, V)
+        bonus = _rows(sem.bonus_row(spec, p, _rows(dec.draft)))
+        rows = propose.tolist()
+        return cls(dec, p.tolist(), rows, _rows(dec.draft).tolist(), acc.tolist(), fix.tolist(), bonus.tolist(),
+                   [] if spec.adaptive else _ahead(propose, dec.k),
+                   _drafted(rows, dec.k, spec.confidence) if spec.stop == "confidence" else None)
 
-    def settle(seq: tuple, dlast_law: dict, mass: float, k_next: int) -> None:
+
+class FrontierKey(NamedTuple):
+    """A round's start: the committed prefix, where a stale draft cache was left, and the round's k."""
+
+    seq: tuple
+    dlast: int
+    k: int
+
+
+@dataclass
+class WalkStats:
+    """Expected round counts: rounds (target calls), plain (rounds that drafted nothing), drafted (proposals,
+    past the horizon too) and accepted (accepted proposals inside the horizon)."""
+
+    rounds: float = 0.0
+    plain: float = 0.0
+    drafted: float = 0.0
+    accepted: float = 0.0
+
+
+@dataclass
+class RoundWalk:
+    """One round from a frontier key: its branches push their mass into `out` or the `frontier` (settle)."""
+
+    laws: Laws
+    key: FrontierKey
+    out: torch.Tensor
+    frontier: dict
+    stats: WalkStats
+    props: list | None = None  # a lookup's proposals (one-hot); None: drawn from the draft
+    m: int = 0  # proposals this round drafts
+    spec: object = field(init=False)
+    horizon: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.spec, self.horizon = self.laws.dec.spec, self.laws.dec.horizon
+
+    def run(self, mass: float) -> None:
+        """Walk every branch of the round; the draft's state and the rows that judge proposal 1 from the spec."""
+        spec, (seq, dlast, kr), start = self.spec, self.key, self.laws.dec.start
+        full = (start, *seq)
+        s = full[-1]
+        d0 = sem.draft_state(spec, s, full[-2] if len(full) > 1 else start, dlast)
+        self.props = ngram_proposals(list(full), kr, spec.ngram_match) if spec.proposer == "ngram" else None
+        self.m = len(self.props) if self.props is not None else kr
+        st = self.stats
+        st.rounds += mass
+        st.plain += mass * (self.m == 0)
+        st.drafted += mass * (self.laws.drafted[kr][d0] if self.laws.drafted is not None else self.m)
+        self.slot(seq, 0, (s, d0, sem.ratio_state(spec, d0, s)), mass)
+
+    def settle(self, seq: tuple, tail: dict, mass: float, k_next: int) -> None:
         """A round ended with `seq` committed; add a phantom token if any, then finish or queue each state."""
         seqs = {seq: 1.0}
-        if spec.phantom and len(seq) < horizon:
-            seqs = {seq + (t,): w for t, w in enumerate(draft[seq[-1]]) if w > 0}
+        if self.spec.phantom and len(seq) < self.horizon:
+            seqs = {seq + (t,): w for t, w in enumerate(self.laws.draft[seq[-1]]) if w > 0}
+        frontier = self.frontier
         for s, w in seqs.items():
-            if len(s) >= horizon:
-                finish(s, mass * w)
+            if len(s) >= self.horizon:
+                self.out[s[:self.horizon]] += mass * w
                 continue
-            for d, dw in dlast_law.items():
-                frontier[(s, d, k_next)] = frontier.get((s, d, k_next), 0.0) + mass * w * dw
+            for d, dw in tail.items():
+                key = FrontierKey(s, d, k_next)
+                frontier[key] = frontier.get(key, 0.0) + mass * w * dw
 
-    def walk(seq: tuple, tctx: int, dctx: int, qctx: int, j: int, mass: float, dlast: int, kr: int, m: int,
-             props) -> None:
-        """Inside a round: `seq` committed so far; proposal j + 1 of m drafted from dctx, judged after tctx."""
-        if len(seq) >= horizon:  # nothing later in the round can change the first `horizon` tokens
-            finish(seq, mass)
+    def slot(self, seq: tuple, j: int, at: tuple, mass: float) -> None:
+        """Proposal j + 1 of m: at = (committed state before it, draft state, where q is read)."""
+        if len(seq) >= self.horizon:  # nothing later in the round can change the first `horizon` tokens
+            self.out[seq[:self.horizon]] += mass
             return
-        if j == m:  # a full block: the bonus token
-            row = {"target": target, "draft": draft, **fixed}[spec.bonus][tctx]
-            for z, w in enumerate(row):
+        tctx, dctx, qctx = at
+        if j == self.m:  # a full block: the bonus token
+            k_next = sem.next_k(self.spec, self.key.k, accepted=j, drafted=j)
+            tail = {tctx if self.key.k else self.key.dlast: 1.0}
+            for z, w in enumerate(self.laws.bonus[tctx]):
                 if w > 0:
-                    settle(seq + (z,), {tctx if kr else dlast: 1.0}, mass * w,
-                           next_k(spec, kr, accepted=m, drafted=m))
+                    self.settle(seq + (z,), tail, mass * w, k_next)
             return
-        q = ratio[qctx]
-        drafts = [(props[j], 1.0)] if props is not None else enumerate(propose[dctx])  # one-hot for a lookup
+        spec, first = self.spec, j == 0 and not self.spec.verify_first
+        drafts = [(self.props[j], 1.0)] if self.props is not None else enumerate(self.laws.propose[dctx])
         for y, d in drafts:  # propose y: mass d[y]
             if d <= 0:
                 continue
-            judge = y if spec.judge == "off_by_one" else tctx
-            p = target[judge]
-            a = _accept_probability(spec, p, q, y, first=j == 0, keep=keep[judge])
+            row = sem.judge_row(spec, tctx, y)
+            a = 1.0 if first else self.laws.acc[row][qctx][y]
             if a > 0:  # accept it: mass d[y] a, and the walk goes on to the next slot
-                stats["accepted"] += mass * d * a
-                stops = spec.stop == "confidence" and d < spec.confidence  # unsure of y: the draft stops after it
-                walk(seq + (y,), y, y, y, j + 1, mass * d * a, dlast, kr, j + 1 if stops else m, props)
-            if a < 1 and spec.stop == "coin":  # the peeker drops y and stops: the target's token at tctx
-                for z, w in enumerate(target[tctx]):
-                    if w > 0:
-                        settle(seq + (z,), {0: 1.0}, mass * d * (1 - a) * w, kr)
-            elif a < 1:  # reject it: mass d[y] (1 - a) fix(z), and the round ends with token z
-                base = seq + (y,) if spec.keep_rejected else seq
-                tail = {0: 1.0} if spec.adaptive else {s: w for s, w in enumerate(ahead[kr - 1 - j][y]) if w > 0}
-                k_next = next_k(spec, kr, accepted=j, drafted=m)
-                for z, w in enumerate(_fix_law(spec, p, q, y, a, {n: rows[judge] for n, rows in fixed.items()})):
-                    if w > 0:
-                        settle(base + (z,), tail, mass * d * (1 - a) * w, k_next)
+                self.stats.accepted += mass * d * a
+                if spec.stop == "confidence" and d < spec.confidence:  # unsure of y: the draft stops after it
+                    self.m_stop(seq + (y,), j + 1, y, mass * d * a)
+                else:
+                    self.slot(seq + (y,), j + 1, (y, y, y), mass * d * a)
+            if a < 1:
+                self.reject(seq, j, (tctx, row, qctx, y), mass * d * (1 - a))
 
-    for length in range(horizon):  # rounds only lengthen the prefix, so one sweep by length suffices
-        for key in [key for key in frontier if len(key[0]) == length]:
-            (seq, dlast, kr), mass = key, frontier.pop(key)
-            full = (start, *seq)
-            s = full[-1]
-            d0 = {"committed": s, "own_last_proposal": dlast, "one_too_far": full[-2] if len(full) > 1 else start}
-            d0 = d0[spec.draft_context]
-            props = ngram_proposals(list(full), kr, spec.ngram_match) if spec.proposer == "ngram" else None
-            m = len(props) if props is not None else kr
-            stats["rounds"] += mass
-            stats["plain"] += mass * (m == 0)
-            stats["drafted"] += mass * (g[kr][d0] if g is not None else m)  # a coin peeker counts its k drafts
-            walk(seq, s, d0, d0 if spec.ratio_context == "draft" else s, 0, mass, dlast, kr, m, props)
+    def m_stop(self, seq: tuple, j: int, y: int, mass: float) -> None:
+        """A confidence stop after proposal j: the rest of this branch is a block of j proposals."""
+        m, self.m = self.m, j
+        self.slot(seq, j, (y, y, y), mass)
+        self.m = m
+
+    def reject(self, seq: tuple, j: int, at: tuple, mass: float) -> None:
+        """Proposal j + 1 rejected, at = (committed state, judging row, q's state, y): the round ends with token z."""
+        tctx, row, qctx, y = at
+        spec, kr = self.spec, self.key.k
+        if spec.stop == "coin":  # the peeker drops y and stops: the target's token at tctx
+            for z, w in enumerate(self.laws.target[tctx]):
+                if w > 0:
+                    self.settle(seq + (z,), {0: 1.0}, mass * w, kr)
+            return
+        base = seq + (y,) if spec.keep_rejected else seq
+        tail = {0: 1.0} if spec.adaptive else {s: w for s, w in enumerate(self.laws.ahead[kr - 1 - j][y]) if w > 0}
+        k_next = sem.next_k(spec, kr, accepted=j, drafted=self.m)
+        for z, w in enumerate(self.laws.fix[row][qctx][y]):
+            if w > 0:
+                self.settle(base + (z,), tail, mass * w, k_next)
+
+
+def walk_law(laws: Laws) -> tuple[torch.Tensor, WalkStats]:
+    """Exact output distribution (V,) * horizon of the decoder whose tables are `laws`, and its round counts."""
+    dec = laws.dec
+    out = torch.zeros((dec.target.shape[0],) * dec.horizon, dtype=torch.float64)
+    stats, frontier = WalkStats(), {FrontierKey((), dec.start, dec.k): 1.0}
+    for length in range(dec.horizon):  # rounds only lengthen the prefix, so one sweep by length suffices
+        for key in [key for key in frontier if len(key.seq) == length]:
+            RoundWalk(laws, key, out, frontier, stats).run(frontier.pop(key))
     return out, stats
 
 
-def decoder_walk(dec) -> tuple[torch.Tensor, dict]:
+def decoder_walk(dec: Decoder) -> tuple[torch.Tensor, WalkStats]:
     """walk_law for a validated Decoder: tables in float64, rows renormalised."""
-    target, propose, ratio, draft = (_rows(t) for t in (dec.target, dec.propose, dec.ratio, dec.draft))
-    P = torch.tensor(target, dtype=torch.float64)
-    fixed = {name: t.tolist() for name, t in fix_tables(dec.spec, P).items()}
-    keep = target_only_accept(dec.spec, P).tolist()
-    return walk_law(dec.spec, target, propose, ratio, draft, dec.start, dec.horizon, dec.k,
-                    {"fixed": fixed, "keep": keep})
+    return walk_law(Laws.of(dec))
 
 
-def exact_decoder_distribution(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int,
+def decoder_law(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int,  # noqa: PLR0913 (the Markov engines' one shared signature)
                                mode: str = "correct", Q_bad: torch.Tensor | None = None,
                                temperature: float = 1.0, top_k: int | None = None,
                                top_p: float | None = None, options: dict | None = None) -> torch.Tensor:
     """The decoder's exact output distribution over all V^horizon sequences, shape (V,) * horizon, in float64.
 
-    Tables are taken in float64 with rows renormalised, exactly as exact_sequence_distribution takes P; the
+    Tables are taken in float64 with rows renormalised, exactly as sequence_law takes P; the
     sampling policy is applied to every table first, as decode_markov applies it (temperature 0 is greedy).
     """
     dec = make_decoder(P, Q, start=start, horizon=horizon, k=k, mode=mode, Q_bad=Q_bad, temperature=temperature,

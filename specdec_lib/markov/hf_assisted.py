@@ -30,6 +30,11 @@ import torch
 from .._checks import check_choice, check_generator, check_int, check_real
 from .long_run import PolicyResult, costed_chain, long_run_result, round_law, stationary
 
+__all__ = [
+    "AssistedDefaults", "TRANSFORMERS", "roc_threshold", "SettledThreshold", "settled_threshold", "AssistedText",
+    "AssistedSettings", "assisted_text"
+]
+
 
 @dataclass(frozen=True)
 class AssistedDefaults:
@@ -125,15 +130,34 @@ class AssistedText:
         return sum(n / c for n, c in zip(self.tokens, self.costs())) / len(self.tokens)
 
 
+@dataclass(frozen=True)
+class AssistedSettings:
+    """How assisted_text's assistant runs: k to start from, the starting threshold, whether it is re-tuned,
+    and the k schedule (transformers' defaults: 20 tokens, 0.4, re-tuned, constant)."""
+
+    k: int = TRANSFORMERS.num_assistant_tokens
+    confidence: float = TRANSFORMERS.confidence
+    retune: bool = True
+    schedule: str = "constant"  # | "heuristic": k + 2 after a fully accepted round, else max(1, k - 1)
+
+    def __post_init__(self):
+        check_int("k", self.k, minimum=1)
+        check_real("confidence", self.confidence, low=0.0, high=1.0)
+        if not isinstance(self.retune, bool):
+            raise TypeError(f"retune must be a bool, got {type(self.retune).__name__}")
+        check_choice("schedule", self.schedule, ("constant", "heuristic"))
+
+
 def assisted_text(P, Q, *, c_d: float, c_v: float, rounds: int, generator: torch.Generator | None,
-                  k: int = TRANSFORMERS.num_assistant_tokens, confidence: float = TRANSFORMERS.confidence,
-                  retune: bool = True, schedule: str = "constant", start: int = 0) -> AssistedText:
+                  settings: AssistedSettings = AssistedSettings(), start: int = 0) -> AssistedText:  # noqa: B008
     """One text of `rounds` rounds decoded the way transformers does: draft up to k, stop after a token with
-    q < threshold, verify with the token rule, re-tune the threshold (retune) and k (schedule) after each round."""
+    q < threshold, verify with the token rule, re-tune the threshold (settings.retune) and k (settings.schedule)
+    after each round."""
     c = costed_chain(P, Q, c_d=c_d, c_v=c_v)
-    rounds, k = check_int("rounds", rounds, minimum=1), check_int("k", k, minimum=1)
-    t = check_real("confidence", confidence, low=0.0, high=1.0)
-    check_choice("schedule", schedule, ("constant", "heuristic"))
+    rounds = check_int("rounds", rounds, minimum=1)
+    if not isinstance(settings, AssistedSettings):
+        raise TypeError(f"settings must be an AssistedSettings, got {type(settings).__name__}")
+    k, t, retune, schedule = settings.k, settings.confidence, settings.retune, settings.schedule
     P_, Q_, A_, R_ = (x.tolist() for x in (c.P, c.Q, c.A, c.res))
     cdf = {name: [list(itertools.accumulate(row)) for row in rows] for name, rows in (("P", P_), ("Q", Q_), ("R", R_))}
     V = len(P_)

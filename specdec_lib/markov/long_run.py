@@ -25,6 +25,9 @@ from .._checks import check_int, check_real
 from ..sampling import accept_ratio, residual_weights
 from .chain import check_table
 
+__all__ = ["PolicyResult", "CostedChain", "costed_chain", "stationary", "long_run_result", "RoundLaw", "round_law",
+           "local_speedup", "schedule_speedup", "mean_of_ratios", "text_speedup"]
+
 
 @dataclass(frozen=True)
 class PolicyResult:
@@ -145,16 +148,6 @@ def local_speedup(c: CostedChain, *, k: int, confidence: float = 0.0, name: str)
     return long_run_result(name, stationary(law.next_start), n=law.n, cost=law.cost, m=law.m)
 
 
-def confidence_speedup(P, Q, *, c_d: float, c_v: float, confidence: float = 0.4, k: int = 8,
-                       k_max: int | None = None, name: str = "") -> PolicyResult:
-    """transformers' confidence stop with a frozen threshold: stop after a token with q < confidence, at most k."""
-    k = check_int("k", k, minimum=0)
-    if k_max is not None and k > check_int("k_max", k_max, minimum=0):
-        raise ValueError(f"k must lie in [0, k_max = {k_max}], got {k}")
-    c = costed_chain(P, Q, c_d=c_d, c_v=c_v)
-    return local_speedup(c, k=k, confidence=confidence, name=name or f"confidence stop < {confidence:g}")
-
-
 def mean_of_ratios(P, Q, *, c_d: float, c_v: float, k: int, confidence: float = 0.0) -> float:
     """mu.E[N / C | s]: the per-round speedup averaged over rounds (not the long-run S; a negative control)."""
     law = round_law(costed_chain(P, Q, c_d=c_d, c_v=c_v), k=k, confidence=confidence)
@@ -176,11 +169,9 @@ def text_speedup(P, Q, *, c_d: float, c_v: float, k: int, confidence: float = 0.
     return horizon / float(costs[-1, start])
 
 
-def hf_schedule_speedup(P, Q, *, c_d: float, c_v: float, k_min: int = 1, k_max: int = 8,
-                        confidence: float = 0.0) -> PolicyResult:
+def schedule_speedup(c: CostedChain, *, k_min: int = 1, k_max: int, confidence: float = 0.0) -> PolicyResult:
     """transformers' heuristic: k + 2 after a round whose drafts were all accepted, else k - 1, within
     [k_min, k_max] (transformers sets no k_max), optionally with the confidence stop; in the long run."""
-    c = costed_chain(P, Q, c_d=c_d, c_v=c_v)
     k_min, k_max = check_int("k_min", k_min, minimum=0), check_int("k_max", k_max, minimum=0)
     if k_min > k_max:
         raise ValueError(f"k_min must be <= k_max = {k_max}, got {k_min}")
@@ -191,6 +182,7 @@ def hf_schedule_speedup(P, Q, *, c_d: float, c_v: float, k_min: int = 1, k_max: 
         up, down = ks.index(min(k + 2, k_max)), ks.index(max(k - 1, k_min))
         T[i * V:(i + 1) * V, up * V:(up + 1) * V] += law.full
         T[i * V:(i + 1) * V, down * V:(down + 1) * V] += law.rejected_next
-    joint = {key: torch.cat([getattr(law, key) for law in laws]) for key in ("n", "cost", "m")}
     stop = f" + confidence {confidence:g}" if confidence > 0 else ""
-    return long_run_result(f"hf schedule [{k_min}, {k_max}]{stop}", stationary(T), **joint)
+    return long_run_result(f"hf schedule [{k_min}, {k_max}]{stop}", stationary(T),
+                           n=torch.cat([law.n for law in laws]), cost=torch.cat([law.cost for law in laws]),
+                           m=torch.cat([law.m for law in laws]))

@@ -13,6 +13,8 @@ import torch
 
 from .measures import DecoderStats, decoder_stats
 
+__all__ = ["DraftCost", "lookup_vs_model"]
+
 
 @dataclass(frozen=True)
 class DraftCost:
@@ -25,10 +27,11 @@ class DraftCost:
 
 
 def lookup_vs_model(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, c_d_model: float,
-                    c_v: float, c_d_lookup: float = 0.0, ngram_match: str = "latest") -> list[DraftCost]:
-    """[n-gram lookup at c_d_lookup, the model draft Q at c_d_model]: exact tokens per call, acceptance and S."""
+                    c_v: float, c_d_lookup: float = 0.0) -> list[DraftCost]:
+    """[n-gram lookup at c_d_lookup, the model draft Q at c_d_model]: exact tokens per call, acceptance and S.
+    The lookup matches the latest occurrence (ngram_match="latest", the registry's default)."""
     lookup = decoder_stats(P, Q, start=start, horizon=horizon, k=k, mode="ngram_lookup",
-                           options={"ngram_match": ngram_match})
+                           options={"ngram_match": "latest"})
     model = decoder_stats(P, Q, start=start, horizon=horizon, k=k, mode="correct")
     return [DraftCost("ngram_lookup", c_d_lookup, lookup, lookup.speedup(c_d=c_d_lookup, c_v=c_v)),
             DraftCost("model draft", c_d_model, model, model.speedup(c_d=c_d_model, c_v=c_v))]

@@ -21,6 +21,11 @@ from .chain import check_start, check_table
 from .draft_rules import argmax_table, typical_accept, typical_table, typical_threshold
 from .measures import decoder_stats
 
+__all__ = [
+    "EXACT_TV", "TypicalPoint", "typical_sweep", "typical_breakpoints", "cuts_nothing", "typical_law", "ExactSetting",
+    "SETTINGS", "typical_exact_settings"
+]
+
 EXACT_TV = 1e-12  # a TV below this is exact (rounding only)
 
 
@@ -41,13 +46,14 @@ class TypicalPoint:
 
 
 def typical_sweep(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, epsilons,
-                  delta: float = 0.3, resample: str = "argmax", temperature: float = 1.0) -> list[TypicalPoint]:
-    """typical_acceptance at every epsilon (Medusa's posterior_threshold) with one delta: exact TV, KL, tokens."""
+                  delta: float = 0.3, resample: str = "argmax") -> list[TypicalPoint]:
+    """typical_acceptance at every epsilon (Medusa's posterior_threshold) with one delta: exact TV, KL, tokens
+    (at temperature 1, as Medusa's typical test reads the target's own row)."""
     epsilons = [check_real(f"epsilons[{i}]", e, low=0.0, high=1.0) for i, e in enumerate(check_numbers("epsilons",
                                                                                                         epsilons))]
     points = []
     for eps in epsilons:
-        s = decoder_stats(P, Q, start=start, horizon=horizon, k=k, mode="typical_acceptance", temperature=temperature,
+        s = decoder_stats(P, Q, start=start, horizon=horizon, k=k, mode="typical_acceptance",
                           options={"epsilon": eps, "delta": delta, "resample": resample})
         points.append(TypicalPoint(epsilon=eps, delta=delta, tv=s.tv, kl=s.kl, tokens_per_call=s.tokens_per_call))
     return points

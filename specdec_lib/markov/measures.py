@@ -1,7 +1,8 @@
 """What a registered decoder costs and how wrong it is, exactly: TV and KL to its target, and tokens per call.
 
-The exact engine walks every outcome of every round (exact.walk_law), so besides the output law it knows the
-expected number of rounds (target calls) needed to commit `horizon` tokens, and how many proposals they drafted.
+The exact engine walks every outcome of every round (exact.walk_law, a round at a time by exact.RoundWalk), so
+besides the output law it knows the expected number of rounds (target calls) needed to commit `horizon` tokens,
+and how many proposals they drafted.
 Tokens per target call is horizon / E[rounds], what a SpecDecodeLog reports over many sequences; the speedup
 divides the horizon by the expected cost, a round costing 1 when it drafted nothing (a plain decode step) and
 drafted * c_d + c_v otherwise (the cost model of cost.py, in units of one target decode step).
@@ -15,9 +16,11 @@ import torch
 
 from .._checks import check_real
 from ..policy import policy_table
-from .chain import exact_sequence_distribution
+from .chain import sequence_law
 from .exact import decoder_walk
 from .registry import MODES, make_decoder
+
+__all__ = ["DecoderStats", "kl_divergence", "decoder_stats"]
 
 
 @dataclass(frozen=True)
@@ -61,15 +64,15 @@ def kl_divergence(law: torch.Tensor, target: torch.Tensor) -> float:
     return float((law[where] * (law[where] / target[where]).log()).sum().clamp(min=0.0))
 
 
-def decoder_stats(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, mode: str = "correct",
+def decoder_stats(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, mode: str = "correct",  # noqa: PLR0913 (the Markov engines' one shared signature)
                   options: dict | None = None, Q_bad: torch.Tensor | None = None, temperature: float = 1.0,
                   top_k: int | None = None, top_p: float | None = None) -> DecoderStats:
-    """The exact DecoderStats of a registered decoder (same arguments as exact_decoder_distribution)."""
+    """The exact DecoderStats of a registered decoder (same arguments as decoder_law)."""
     dec = make_decoder(P, Q, start=start, horizon=horizon, k=k, mode=mode, Q_bad=Q_bad, temperature=temperature,
                        top_k=top_k, top_p=top_p, options=options)
     law, stats = decoder_walk(dec)
-    want = exact_sequence_distribution(MODES[mode].target(policy_table(P, temperature, top_k, top_p)), dec.start,
-                                       dec.horizon)
+    target = policy_table(P, temperature=temperature, top_k=top_k, top_p=top_p)
+    want = sequence_law(MODES[mode].target(target), start=dec.start, horizon=dec.horizon)
     return DecoderStats(mode=mode, k=dec.k, horizon=dec.horizon, tv=0.5 * (law - want).abs().sum().item(),
-                        kl=kl_divergence(law, want), rounds=stats["rounds"], plain_rounds=stats["plain"],
-                        drafted=stats["drafted"], accepted=stats["accepted"])
+                        kl=kl_divergence(law, want), rounds=stats.rounds, plain_rounds=stats.plain,
+                        drafted=stats.drafted, accepted=stats.accepted)

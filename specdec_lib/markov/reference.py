@@ -1,19 +1,25 @@
-"""Act II, the algorithm: the block decoder for one sequence, written to be read, for any registered spec.
+"""Act II, the algorithm: the block decoder for one sequence, written to be read.
 
-This is the decoder the course teaches; batched.py is the same algorithm for n sequences at once, and the
-tests hold it to this one draw for draw (decode_markov with n = 1 reads the same uniforms in the same
-order). Each round draws 2k + 1 uniforms (one more for a phantom token): u[0..k-1] draft the proposals,
-u[k..2k-1] test them, u[2k] draws the residual or bonus token. Every draw is an inverse-CDF lookup.
+`speculative_decode` is the algorithm the course teaches: correct only, no switches. `decode_one` is the same
+four steps for any registered spec (Act II's bugs and Act V's bent rules), each step a named hook of `Hooks`,
+whose meanings all come from semantics.py; `decode_reference` runs it. batched.py is the same algorithm for many
+sequences at once, and the tests hold the three to each other draw for draw: each round draws 2k + 1 uniforms
+(one more for a phantom token) in one call: u[0..k-1] draft the proposals, u[k..2k-1] test them, u[2k] draws
+the residual or bonus token. Every draw is an inverse-CDF lookup.
 """
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_generator, check_int
+from .._checks import check_distribution, check_generator, check_int
+from . import semantics as sem
+from .draft_rules import ngram_proposals
 from .registry import make_decoder
 from .spec import Decoder
+
+__all__ = ["inverse_cdf", "speculative_decode", "Hooks", "decode_one", "decode_reference"]
 
 
 def inverse_cdf(weights: list[float], u: float) -> int:
@@ -27,85 +33,148 @@ def inverse_cdf(weights: list[float], u: float) -> int:
     raise AssertionError("unreachable: the last token with mass always returns")
 
 
-def residual_weights(spec, p: list[float], q: list[float], y: int) -> list[float]:
-    """What a rejection of y samples from, unnormalised: the right residual [p - q]_+, or one of its known bugs."""
-    w = {"normalised": [max(pz - qz, 0.0) for pz, qz in zip(p, q)],
-         "softmax": [math.exp(max(pz - qz, 0.0)) for pz, qz in zip(p, q)],  # softmax of [p - q]_+: wrong
-         "target": list(p),  # p itself: wrong
-         "single_token": [0.0 if z == y else pz for z, pz in enumerate(p)]}[spec.residual]  # p without y: wrong
-    return w if sum(w) > 0 else list(p)  # p == q leaves nothing: any law will do, no rejection can happen
+def speculative_decode(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int,
+                       generator: torch.Generator | None = None) -> list[int]:
+    """`horizon` tokens of target chain P (V, V) after `start`, drafted k at a time by chain Q: correct only."""
+    P, Q = (check_distribution(name, t, min_dim=2).double().tolist() for name, t in (("P", P), ("Q", Q)))
+    horizon, k = check_int("horizon", horizon, minimum=1), check_int("k", k, minimum=0)
+    generator = check_generator(generator)
+    seq, last = [], check_int("start", start, minimum=0)  # committed tokens; the last one is the Markov state
+    while len(seq) < horizon:
+        u = torch.rand(2 * k + 1, dtype=torch.float64, generator=generator).tolist()  # this round's uniforms
+        # 1. draft: k proposals, each drawn from the draft's row at the token before it
+        props = []
+        for j in range(k):
+            props.append(inverse_cdf(Q[props[-1] if props else last], u[j]))
+        # 2. verify left to right: keep y with probability min(1, p(y) / q(y)), both rows at the token before y
+        before, token = last, None
+        for j, y in enumerate(props):
+            p, q = P[before], Q[before]
+            if u[k + j] < min(1.0, p[y] / q[y]):
+                before = y
+                continue
+            # 3a. the first rejection ends the block: its token is drawn from the residual [p - q]_+
+            token = inverse_cdf([max(pz - qz, 0.0) for pz, qz in zip(p, q)], u[2 * k])
+            props = props[:j]
+            break
+        # 3b. all k accepted: the bonus token, from the target's row after the last proposal
+        if token is None:
+            token = inverse_cdf(P[before], u[2 * k])
+        # 4. commit the accepted proposals and the target's token
+        seq += props + [token]
+        last = seq[-1]
+    return seq[:horizon]
 
 
-def decode_one(dec: Decoder, uniforms) -> list[int]:
-    """One sequence of dec.horizon tokens from the decoder `dec`; uniforms(n) returns the next n U(0, 1) floats."""
-    spec, k = dec.spec, dec.k
-    P, propose, R, D = (t.double().tolist() for t in (dec.target, dec.propose, dec.ratio, dec.draft))
+@dataclass(frozen=True)
+class Hooks:
+    """A decoder's spec resolved into the steps of one round, each a method; meanings from semantics.py.
+
+    Tables are built once: acc[r][c][y] the chance row r keeps y believed drawn by R[c], fix[r][c][y] the
+    weights of what rejecting it samples, bonus[y_k] the weights of the bonus token.
+    """
+
+    dec: Decoder
+    P: list
+    propose: list
+    draft: list
+    acc: list
+    fix: list
+    bonus: list
+
+    @classmethod
+    def of(cls, dec: Decoder) -> Hooks:
+        V, spec = dec.target.shape[0], dec.spec
+        p, q = dec.target.double(), dec.ratio.double()
+        eye = torch.eye(V, dtype=torch.float64)[None, None]
+        acc = sem.acceptance(spec, p[:, None, :], q[None, :, :])  # (V, V, V)
+        fix = sem.residual_weights(spec, p[:, None, None, :], q[None, :, None, :], eye)  # (V, V, V, V)
+        bonus = sem.bonus_row(spec, p, dec.draft.double())  # (V, V)
+        return cls(dec, p.tolist(), dec.propose.double().tolist(), dec.draft.double().tolist(), acc.tolist(),
+                   fix.tolist(), bonus.tolist())
+
+    def proposals(self, history: list[int], state: int, k: int, u: list[float]) -> tuple[list[int], list[int]]:
+        """Up to k proposals and the draft states they were drawn from (a lookup copies them; a stop cuts them)."""
+        spec, states, props = self.dec.spec, [state], []
+        if spec.proposer == "ngram":  # what followed an earlier occurrence of the current token; no draws
+            props = ngram_proposals(history, k, spec.ngram_match)
+            return props, states + props
+        for j in range(k):
+            props.append(inverse_cdf(self.propose[states[-1]], u[j]))
+            states.append(props[-1])
+            if spec.stop == "confidence" and self.propose[states[-2]][props[-1]] < spec.confidence:
+                break  # the draft is unsure of the token it just drafted: it stops, keeping that token
+        return props, states
+
+    def test(self, row: int, qctx: int, y: int, u: float, *, first: bool) -> tuple[bool, int | None]:
+        """Does the verifier keep y? And, for match acceptance, the target's own sample (the token on a mismatch)."""
+        spec = self.dec.spec
+        if spec.acceptance == "match":  # a target sample that must equal y
+            sample = inverse_cdf(self.P[row], u)
+            return sample == y or (first and not spec.verify_first), sample
+        return u < self.acc[row][qctx][y] or (first and not spec.verify_first), None
+
+    def rejection(self, row: int, qctx: int, y: int, u_test: float, u_fix: float) -> int:
+        """The token a rejection of y emits: the residual draw (reading the uniform semantics says)."""
+        return inverse_cdf(self.fix[row][qctx][y], sem.fix_uniform(self.dec.spec, u_test, u_fix))
+
+
+def decode_one(dec: Decoder, uniforms, hooks: Hooks | None = None) -> list[int]:
+    """One sequence of dec.horizon tokens from the decoder `dec`; uniforms(n) returns the next n U(0, 1) floats.
+    `hooks`: Hooks.of(dec), built once when decoding many sequences."""
+    spec, k, hooks = dec.spec, dec.k, hooks or Hooks.of(dec)
     seq: list[int] = []  # committed tokens
-    last = dec.start  # the last committed token: the Markov state
-    before = dec.start  # the committed token before it (a cache rewound one too far starts there)
-    draft_last = dec.start  # where an untrimmed draft cache left the draft: its own last proposal
+    last = before = draft_last = dec.start  # the Markov state, the token before it, where the draft's cache is
     while len(seq) < dec.horizon:
         u = uniforms(2 * k + 1 + spec.phantom)
-        # 1. draft: k proposals, each drawn from the draft's state before it
-        d = {"committed": last, "own_last_proposal": draft_last, "one_too_far": before}[spec.draft_context]
-        states, props = [d], []
-        for j in range(k):
-            props.append(inverse_cdf(propose[states[-1]], u[j]))
-            states.append(props[-1])
+        # 1. draft: up to k proposals, from the draft's state (a lookup copies them from the text)
+        props, states = hooks.proposals([dec.start] + seq, sem.draft_state(spec, last, before, draft_last), k, u)
         # 2. verify left to right; the first rejection ends the block
-        accepted, nxt = k, None
+        accepted, nxt = len(props), None
         for j, y in enumerate(props):
             committed = last if j == 0 else props[j - 1]  # the committed state right before y
-            p = P[y] if spec.judge == "off_by_one" else P[committed]  # the target row that judges y
-            q = R[states[j] if spec.ratio_context == "draft" else committed]  # the q the verifier believes
-            if spec.acceptance == "match":  # a target sample that must equal y
-                sample = inverse_cdf(p, u[k + j])
-                ok = sample == y
-            else:  # u < min(1, p(y) / q(y))
-                ok = u[k + j] < (min(1.0, p[y] / q[y]) if q[y] > 0 else float(p[y] > 0))
-            if ok or (j == 0 and not spec.verify_first):
+            row = sem.judge_row(spec, committed, y)  # the target row that judges y
+            qctx = sem.ratio_state(spec, states[j], committed)  # where the verifier reads q
+            ok, sample = hooks.test(row, qctx, y, u[k + j], first=j == 0)
+            if ok:
                 continue
-            # 3a. a rejection: emit one token from the residual (the target's own sample, for match)
+            # 3a. a rejection: the target's token (a coin peeker never proposes y: its bonus one proposal early)
             accepted = j
-            if spec.acceptance == "match":
-                nxt = sample
+            if spec.stop == "coin":
+                nxt = inverse_cdf(hooks.P[committed], u[2 * k])
             else:
-                u_fix = u[k + j] if spec.residual_uniform == "reused" else u[2 * k]  # reused: U(a, 1), wrong
-                nxt = inverse_cdf(residual_weights(spec, p, q, y), u_fix)
+                nxt = sample if sample is not None else hooks.rejection(row, qctx, y, u[k + j], u[2 * k])
             break
-        # 3b. all k accepted: the bonus token, from the row after the last proposal
+        # 3b. all proposals accepted: the bonus token, from the row after the last proposal
         if nxt is None:
-            y_k = props[-1] if k else last
-            nxt = inverse_cdf((P if spec.bonus == "target" else D)[y_k], u[2 * k])
+            nxt = inverse_cdf(hooks.bonus[props[-1] if props else last], u[2 * k])
         # 4. commit the accepted prefix and the target's token (a kept rejected proposal sits between: wrong)
-        kept = [props[accepted]] if spec.keep_rejected and accepted < k else []
+        kept = [props[accepted]] if spec.keep_rejected and accepted < len(props) else []
         seq += props[:accepted] + kept + [nxt]
         if spec.phantom and len(seq) < dec.horizon:  # an unverified draft token enters the history: wrong
-            seq.append(inverse_cdf(D[seq[-1]], u[2 * k + 1]))
-        draft_last = props[-1] if k else last  # with k = 0 the draft never moved from the round's start
+            seq.append(inverse_cdf(hooks.draft[seq[-1]], u[2 * k + 1]))
+        draft_last = props[-1] if props else last  # with no proposal the draft never moved from the start
         before, last = ([dec.start] + seq)[-2], seq[-1]
+        k = sem.next_k(spec, k, accepted=accepted, drafted=len(props))
     return seq[:dec.horizon]
 
 
-def decode_reference(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, n: int,
+def decode_reference(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, num_samples: int,  # noqa: PLR0913 (the Markov engines' one shared signature)
                      mode: str = "correct", generator: torch.Generator | None = None,
                      Q_bad: torch.Tensor | None = None, temperature: float = 1.0, top_k: int | None = None,
                      top_p: float | None = None, options: dict | None = None) -> torch.Tensor:
-    """n sequences (n, horizon), decoded one at a time by decode_one: slow, and the definition of the algorithm.
+    """num_samples sequences (num_samples, horizon), decoded one at a time by decode_one: slow, and the definition.
 
     Same arguments as decode_markov. Each round draws its uniforms from `generator` in one call, so
-    decode_markov(n=1) repeated n times from the same generator returns exactly these sequences. A spec that
-    bends the rules (Act V: a schedule, a stop, a lookup, typical acceptance) runs reference_bent.decode_one_bent.
+    decode_markov(num_samples=1) repeated from the same generator returns exactly these sequences.
     """
-    from .reference_bent import decode_one_bent  # here, not at the top: reference_bent reads this module's helpers
-
     dec = make_decoder(P, Q, start=start, horizon=horizon, k=k, mode=mode, Q_bad=Q_bad, temperature=temperature,
                        top_k=top_k, top_p=top_p, options=options)
-    decode = decode_one_bent if dec.spec.bent else decode_one
-    n = check_int("n", n, minimum=1)
+    n = check_int("num_samples", num_samples, minimum=1)
     generator = check_generator(generator)
 
     def uniforms(count: int) -> list[float]:
         return torch.rand(count, dtype=torch.float64, generator=generator).tolist()
 
-    return torch.tensor([decode(dec, uniforms) for _ in range(n)], dtype=torch.long)
+    hooks = Hooks.of(dec)
+    return torch.tensor([decode_one(dec, uniforms, hooks) for _ in range(n)], dtype=torch.long)

@@ -16,10 +16,13 @@ from ..policy import policy_table
 from .chain import check_start, check_table
 from .spec import Decoder, DecoderSpec, spec_tables
 
+__all__ = ["Origin", "Chapter", "RESAMPLE", "FailureMode", "MODES", "failure_modes", "mode_spec", "make_decoder"]
+
 Origin = Literal["paper", "public code", "the post", "the course"]
 ORIGINS: tuple[str, ...] = Origin.__args__  # where a registered decoder comes from
-Chapter = Literal["field guide", "bending the rules"]
-CHAPTERS: tuple[str, ...] = Chapter.__args__  # the part of the course an entry belongs to (02b | 07)
+Chapter = Literal["field guide", "bending the rules", "sampling surface"]
+# the part of the course an entry belongs to: 02b | 07 | the sampling surface (issue 25; no notebook yet)
+CHAPTERS: tuple[str, ...] = Chapter.__args__
 RESAMPLE = ("argmax", "typical")  # typical acceptance's token after the prefix: Medusa fast=True | fast=False
 
 
@@ -33,7 +36,7 @@ class FailureMode:
     spec: DecoderSpec = field(default_factory=DecoderSpec)
     exact: bool = False  # True: only speed is lost (the output distribution stays the target's)
     origin: Origin = "public code"  # paper (the correct decoder) | public code | the post | the course
-    chapter: Chapter = "field guide"  # field guide (02b) | bending the rules (07)
+    chapter: Chapter = "field guide"  # field guide (02b) | bending the rules (07) | sampling surface
     options: tuple[str, ...] = ()  # what a caller may set by name (make_decoder's options=)
 
     def __post_init__(self) -> None:
@@ -124,7 +127,18 @@ _BENDING = [
                 DecoderSpec(propose="argmax_Q", acceptance="threshold", residual="single_token"), exact=True,
                 chapter="bending the rules", options=("threshold_single", "threshold_acc")),
 ]
-MODES: dict[str, FailureMode] = {m.name: m for m in _MODES + _BENDING}
+_SURFACE = [
+    FailureMode("bonus_only_processors", "min_p = 0.3 reaches the draft and the bonus token, but the target rows that "
+                "judge proposals (and so the residual) are scored without it",
+                "vLLM #42744 / PR #42802 (open): vllm/v1/sample/rejection_sampler.py RejectionSampler.forward "
+                "@ 7f6fc1c (apply_logits_processors and apply_sampling_constraints never run "
+                "logitsprocs.argmax_invariant, where min_p lives; the bonus row goes through Sampler in "
+                "vllm/v1/sample/sampler.py @ 3e34265); a later guard (_validate_spec_decode; its commit not pinned "
+                "here) refuses min_p and logit_bias with speculative decoding",
+                DecoderSpec(policy=(("min_p", 0.3),), policy_on_target=False, bonus="processed_target"),
+                chapter="sampling surface"),
+]
+MODES: dict[str, FailureMode] = {m.name: m for m in _MODES + _BENDING + _SURFACE}
 
 
 def failure_modes(chapter: str | None = "field guide") -> list[FailureMode]:
@@ -153,7 +167,7 @@ def mode_spec(mode: str, options: dict | None = None) -> DecoderSpec:
     return replace(m.spec, **changes)
 
 
-def make_decoder(P, Q, *, start, horizon, k, mode, Q_bad=None, temperature=1.0, top_k=None,
+def make_decoder(P, Q, *, start, horizon, k, mode, Q_bad=None, temperature=1.0, top_k=None,  # noqa: PLR0913 (the Markov engines' one shared signature)
                  top_p=None, options: dict | None = None) -> Decoder:
     """Validate a decoder's arguments and build its tables: the one entry point of every Markov engine."""
     P, Q = check_table("P", P), check_table("Q", Q)
@@ -172,5 +186,6 @@ def make_decoder(P, Q, *, start, horizon, k, mode, Q_bad=None, temperature=1.0, 
     if spec.schedule == "hf" and not spec.k_min <= k <= spec.k_max:
         raise ValueError(f"k (the schedule's first k) must lie in [k_min, k_max] = [{spec.k_min}, {spec.k_max}], "
                          f"got {k}")
-    P, Q, Q_bad = (None if t is None else policy_table(t, temperature, top_k, top_p) for t in (P, Q, Q_bad))
+    policy = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+    P, Q, Q_bad = (None if t is None else policy_table(t, **policy) for t in (P, Q, Q_bad))
     return Decoder(spec, *spec_tables(spec, P, Q, Q_bad), start=start, horizon=horizon, k=k)

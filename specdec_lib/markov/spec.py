@@ -14,11 +14,21 @@ import torch
 
 from .._checks import check_choice, check_int, check_real
 from ..policy import policy_table
-from .draft_rules import typical_accept
+from . import semantics
+from .semantics import TARGET_ONLY, acceptance
+
+__all__ = ["DecoderSpec", "Decoder", "spec_tables", "target_only_accept", "Table", "TARGET_ONLY"]
 
 Table = Literal["Q", "Q_bad", "argmax_Q", "top2_Q"]
-TARGET_ONLY = ("typical", "threshold")  # acceptance tests that read p(y) alone: a (V, V) table of chances
-SGLANG_ACC_FLOOR = 1e-9  # the kernel's launcher divides by max(threshold_acc, 1e-9)
+# the fields whose values semantics.py defines: their types are its dicts' keys (add a value there, once)
+DraftContext = Literal[tuple(semantics.DRAFT_CONTEXTS)]
+RatioContext = Literal[tuple(semantics.RATIO_CONTEXTS)]
+Judge = Literal[tuple(semantics.JUDGES)]
+Acceptance = Literal[tuple(semantics.ACCEPTANCES)]
+Residual = Literal[tuple(semantics.RESIDUALS)]
+ResidualUniform = Literal[tuple(semantics.RESIDUAL_UNIFORMS)]
+Bonus = Literal[tuple(semantics.BONUSES)]
+Schedule = Literal[tuple(semantics.SCHEDULES)]
 
 
 @dataclass(frozen=True)
@@ -28,18 +38,18 @@ class DecoderSpec:
     propose: Table = "Q"  # what the draft samples: Q | Q_bad | argmax_Q (greedy) | top2_Q (top-k = 2)
     ratio: Literal["Q", "Q_bad"] = "Q"  # the q the verifier puts in p/q and [p - q]_+
     # the draft's state for proposal 1: the committed text | where its cache was left | one token too far back
-    draft_context: Literal["committed", "own_last_proposal", "one_too_far"] = "committed"
-    ratio_context: Literal["draft", "committed"] = "draft"  # where the verifier evaluates q for proposal 1
-    judge: Literal["aligned", "off_by_one"] = "aligned"  # target row for proposal j: before y_j | at y_j
-    # u < min(1, p/q) | a target sample equals y | p(y) > min(epsilon, delta exp(-H(p))) (Medusa's typical test) |
-    # p(y) >= threshold_single or u <= p(y) / threshold_acc (SGLang's target-only kernel: it never reads q)
-    acceptance: Literal["ratio", "match", "typical", "threshold"] = "ratio"
+    draft_context: DraftContext = "committed"
+    ratio_context: RatioContext = "draft"  # where the verifier evaluates q for proposal 1
+    judge: Judge = "aligned"  # target row for proposal j: before y_j | at y_j
+    # u < min(1, p/q) | a target sample equals y | u < p(y) (the tempting rule) | p(y) > min(epsilon, delta exp(-H(p)))
+    # (Medusa's typical test) | p(y) >= threshold_single or u <= p(y) / threshold_acc (SGLang's target-only kernel)
+    acceptance: Acceptance = "ratio"
     verify_first: bool = True  # False: proposal 1 is committed unverified
     # what a rejection samples: [p - q]_+ normalised | softmax of [p - q]_+ | p | p without the rejected y |
     # argmax p | p restricted to p >= the typical threshold (Medusa's two ways to pick the token after a prefix)
-    residual: Literal["normalised", "softmax", "target", "single_token", "argmax", "typical"] = "normalised"
-    residual_uniform: Literal["fresh", "reused"] = "fresh"  # reused: the rejected slot's acceptance uniform
-    bonus: Literal["target", "draft", "argmax", "typical"] = "target"  # after a full block: P | Q | argmax P | typical
+    residual: Residual = "normalised"
+    residual_uniform: ResidualUniform = "fresh"  # reused: the rejected slot's acceptance uniform
+    bonus: Bonus = "target"  # after a full block: P | Q | argmax P | typical
     keep_rejected: bool = False  # the rejected proposal stays in the output before the correction
     phantom: bool = False  # an unverified draft token is appended after every round
     policy: tuple = ()  # the request's sampling policy, e.g. (("top_p", 0.8),)
@@ -47,7 +57,7 @@ class DecoderSpec:
     # Act V, bending the rules (draft_rules.py): where proposals come from, how many a round drafts
     proposer: Literal["model", "ngram"] = "model"  # ngram: copy what followed an earlier occurrence, one-hot
     ngram_match: Literal["latest", "earliest"] = "latest"  # which earlier occurrence (transformers takes the first)
-    schedule: Literal["fixed", "hf"] = "fixed"  # hf: k + 2 after a full block, k - 1 otherwise, in [k_min, k_max]
+    schedule: Schedule = "fixed"  # hf: k + 2 after a full block, k - 1 otherwise, in [k_min, k_max]
     stop: Literal["never", "confidence", "coin"] = "never"  # confidence: after a token with q < confidence;
     #                                                          coin: just before a proposal that would be rejected
     epsilon: float = 0.09  # typical acceptance: Medusa's posterior_threshold
@@ -91,21 +101,11 @@ class DecoderSpec:
         return (self.schedule, self.stop, self.proposer) != ("fixed", "never", "model")
 
 
-def threshold_accept(P: torch.Tensor, *, threshold_single: float, threshold_acc: float) -> torch.Tensor:
-    """(V, V): SGLang's chance that target row r keeps proposal y, float64: 1 where p(y) >= threshold_single,
-    else min(1, p(y) / max(threshold_acc, 1e-9)). On a chain one proposal is tried per depth, so the kernel's
-    prob_acc (the sum of p over the siblings tried with one coin) is p(y) itself."""
-    p = P.double()
-    return torch.where(p >= threshold_single, 1.0, (p / max(threshold_acc, SGLANG_ACC_FLOOR)).clamp(max=1.0))
-
-
 def target_only_accept(spec: DecoderSpec, P: torch.Tensor) -> torch.Tensor:
     """(V, V) chance that target row r keeps y under a test that reads p alone (typical: 0 or 1; SGLang's
     thresholds); zeros for a test that needs q or a sample, which never reads it."""
-    if spec.acceptance == "typical":
-        return typical_accept(P, epsilon=spec.epsilon, delta=spec.delta)
-    if spec.acceptance == "threshold":
-        return threshold_accept(P, threshold_single=spec.threshold_single, threshold_acc=spec.threshold_acc)
+    if spec.acceptance in TARGET_ONLY:
+        return acceptance(spec, P, P)
     return torch.zeros(P.shape, dtype=torch.float64)
 
 

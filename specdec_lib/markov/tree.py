@@ -13,28 +13,24 @@ h tokens from a node at depth j and state s:
 
   G_j(s; x, rest) = kept_j[s, x] G_{j+1}(x; rest) + fallback_j[s, x] G_0(x; rest),   kept_L = 0, fallback_L = P
 
-tree_law runs it from node tables and a last-level table bonus[s, x, y] = P(the deepest level keeps x, then the
+tables_law runs it from node tables and a last-level table bonus[s, x, y] = P(the deepest level keeps x, then the
 bonus is y): kept_{L-1}[s, x] P[x, y] when the bonus comes from the leaf, as it must; tree_bugs builds others.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from .._checks import check_choice, check_generator, check_int
+from .._checks import check_choice, check_generator, check_int, check_widths
 from ..multidraft import MAX_TABLE, RULES
-from ..multidraft_rules import Stages, Walk, count_outcomes
+from ..multidraft_rules import Stages, Walk, count_outcomes, step_law
 from ..sampling import sample_rows
 from .chain import check_start, check_table
-from .tree_step import step_by_state, step_law
+from .tree_step import step_by_state
 
-
-def check_widths(widths) -> tuple[int, ...]:
-    """Validate widths: a non-empty tuple (or list) of ints >= 1, the children per node at each depth."""
-    if not isinstance(widths, (tuple, list)):
-        raise TypeError(f"widths must be a tuple of ints (children per node, by depth), got {type(widths).__name__}")
-    if not widths:
-        raise ValueError("widths must be non-empty: one width per depth of the tree")
-    return tuple(check_int(f"widths[{i}]", w, minimum=1) for i, w in enumerate(widths))
+__all__ = ["check_widths", "check_tree", "node_tables", "tables_law", "tree_law", "tree_expected_tokens",
+           "Sampling", "decode_tree_markov"]
 
 
 def check_tree(P, Q, start, widths, rule) -> tuple[torch.Tensor, torch.Tensor, int, tuple[int, ...], Stages | Walk]:
@@ -50,7 +46,7 @@ def check_tree(P, Q, start, widths, rule) -> tuple[torch.Tensor, torch.Tensor, i
     if not isinstance(rule, (str, Stages, Walk)):
         raise TypeError(f"rule must be a registered rule's name or a Stages / Walk verifier, got {type(rule).__name__}")
     v = rule if isinstance(rule, (Stages, Walk)) else RULES[check_choice("rule", rule, tuple(RULES))].verifier
-    P, Q = (t.double() / t.double().sum(-1, keepdim=True) for t in (P, Q))  # as exact_sequence_distribution
+    P, Q = (t.double() / t.double().sum(-1, keepdim=True) for t in (P, Q))  # as the chain's sequence law
     return P, Q, start, widths, v
 
 
@@ -63,12 +59,12 @@ def node_tables(P: torch.Tensor, Q: torch.Tensor, widths: tuple[int, ...],
         if count * V > MAX_TABLE:
             raise ValueError(f"widths holds {w}, which gives {count} draft outcomes at one node, a table of "
                              f"{count * V} numbers; the exact law holds at most {MAX_TABLE}: use smaller widths")
-        rows = [step_law(P[s], Q[s], w, v) for s in range(V)]
-        laws[w] = (torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows]))  # (V, V) each
+        rows = [step_law(P[s], Q[s], num_drafts=w, verifier=v) for s in range(V)]
+        laws[w] = (torch.stack([r.kept for r in rows]), torch.stack([r.fallback for r in rows]))  # (V, V) each
     return [laws[w] for w in widths] + [(torch.zeros_like(P), P)]
 
 
-def tree_law(tables: list[tuple[torch.Tensor, torch.Tensor]], bonus: torch.Tensor, *, start: int,
+def tables_law(tables: list[tuple[torch.Tensor, torch.Tensor]], bonus: torch.Tensor, *, start: int,
              horizon: int) -> torch.Tensor:
     """The law (V,) * horizon of a round-by-round tree decoder from its node tables, float64, no sampling.
 
@@ -87,8 +83,8 @@ def tree_law(tables: list[tuple[torch.Tensor, torch.Tensor]], bonus: torch.Tenso
     return root[horizon][start].reshape((V,) * horizon)
 
 
-def exact_tree_distribution(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, widths,
-                            rule: str | Stages | Walk) -> torch.Tensor:
+def tree_law(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, widths,
+             rule: str | Stages | Walk) -> torch.Tensor:
     """The tree decoder's exact output law over all V^horizon sequences, shape (V,) * horizon, float64, no sampling.
 
     rule is a registered rule's name or any Stages / Walk verifier; the bonus after a kept leaf comes from P there.
@@ -97,7 +93,7 @@ def exact_tree_distribution(P: torch.Tensor, Q: torch.Tensor, *, start: int, hor
     horizon = check_int("horizon", horizon, minimum=1)
     tables = node_tables(P, Q, widths, v)[:-1]
     bonus = tables[-1][0][:, :, None] * P[None]  # (V, V, V) kept leaf x at state s, then y ~ P[x]
-    return tree_law(tables, bonus, start=start, horizon=horizon)
+    return tables_law(tables, bonus, start=start, horizon=horizon)
 
 
 def tree_expected_tokens(P: torch.Tensor, Q: torch.Tensor, *, start: int, widths, rule: str | Stages | Walk) -> float:
@@ -110,18 +106,34 @@ def tree_expected_tokens(P: torch.Tensor, Q: torch.Tensor, *, start: int, widths
     return 1.0 + depth[start].item()
 
 
-def decode_tree_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, widths, n: int,
-                       rule: str | Stages | Walk, generator: torch.Generator | None = None, log=None) -> torch.Tensor:
-    """n sequences (n, horizon) from the tree decoder, all n at once: each node's children drawn and tested by the rule.
+@dataclass(frozen=True)
+class Sampling:
+    """Where a sampler's randomness comes from and what records it: a torch.Generator (None: torch's global one) and
+    a SpecDecodeLog (None: no record)."""
 
-    A SpecDecodeLog with k = len(widths) passed as `log` records every round: its accepted depth A, and the tokens
-    of its output (A, then the one target token) that land inside the horizon, as decode_markov records them.
+    generator: torch.Generator | None = None
+    log: object | None = None
+
+    def __post_init__(self) -> None:
+        check_generator(self.generator)
+        if self.log is not None and not callable(getattr(self.log, "record_rounds", None)):
+            raise TypeError(f"log must be a SpecDecodeLog or None, got {type(self.log).__name__}")
+
+
+def decode_tree_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, widths, num_samples: int,
+                       rule: str | Stages | Walk, sampling: Sampling = Sampling()) -> torch.Tensor:
+    """num_samples sequences (num_samples, horizon) from the tree decoder, all at once: each node's children drawn
+    and tested by the rule.
+
+    A SpecDecodeLog with k = len(widths) passed as `sampling.log` records every round: its accepted depth A, and the
+    tokens of its output (A, then the one target token) that land inside the horizon, as decode_markov records them.
     """
     P, Q, start, widths, v = check_tree(P, Q, start, widths, rule)
     horizon = check_int("horizon", horizon, minimum=1)
-    n = check_int("n", n, minimum=1)
-    generator = check_generator(generator)
-    L = len(widths)
+    n = check_int("num_samples", num_samples, minimum=1)
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be a Sampling(generator=, log=), got {type(sampling).__name__}")
+    generator, log, L = sampling.generator, sampling.log, len(widths)
     if log is not None and getattr(log, "k", None) != L:
         raise ValueError(f"log must be a SpecDecodeLog with k = len(widths) = {L}")
     width = horizon + L + 1  # committed tokens, plus room for one round's overshoot (a round writes L + 1 at most)
@@ -136,7 +148,8 @@ def decode_tree_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon:
             walking = alive.nonzero().squeeze(1)
             if not walking.numel():
                 break
-            token, kept = step_by_state(P, Q, state[walking], w, v, generator)  # (m_j,) each
+            draw = step_by_state(P, Q, state[walking], num_drafts=w, verifier=v, generator=generator)  # (m_j,) each
+            token, kept = draw.token, draw.kept
             flat[ids[walking] * width + at[walking] + j] = token  # a kept child, or the fallback that ends the round
             state[walking] = token
             alive[walking[~kept]] = False

@@ -12,7 +12,7 @@ it removed and renormalised) and departs from rrs twice:
 - the rows: they are listed in reverse order of drafting, so siblings are tested last-drawn first, and a node is
   tested once per leaf below it; a repeat always rejects (the residual is 0 at its token) but subtracts q_c again.
   b09a256 ("fix a bug", 2024-03-09) sorts the rows and skips a token already tested: the walk is then rrs.
-A level is a schedule of tests; eagle1_step_law returns what tree.tree_law needs, with the bonus kept apart.
+A level is a schedule of tests; eagle1_step_law returns what tree.tables_law needs, with the bonus kept apart.
 Token id 0, which the code skips as padding (`if x == 0: continue`), is a real token on the chain and is not skipped.
 """
 from __future__ import annotations
@@ -27,8 +27,11 @@ from ..multidraft import MAX_TABLE
 from ..multidraft_rules import Stages, count_outcomes, draft_outcomes, next_target, pick, without
 from ..policy import policy_table
 from ..sampling import accept_ratio, total_variation
-from .chain import exact_sequence_distribution, reference_chain
-from .tree import check_tree, exact_tree_distribution, tree_law
+from .chain import reference_chain, sequence_law
+from .tree import check_tree, tables_law, tree_law
+
+__all__ = ["EAGLE1", "PR47_PARENT", "PR47_FIX", "ROWS_FIX", "Eagle1Version", "EAGLE1_VERSIONS", "Eagle1Step",
+           "eagle1_step_law", "eagle1_tree_law", "greedy_law", "TreeBug", "SGLANG_GREEDY", "tree_bugs"]
 
 EAGLE1 = "SafeAILab/EAGLE model/utils.py evaluate_posterior"
 PR47_PARENT = "a02ade9183d7f2fb212156ee6e7dad5cde5110de"  # PR #47's parent (2024-02-23): both departures
@@ -54,15 +57,23 @@ EAGLE1_VERSIONS = {v.name: v for v in [
 ]}
 
 
-def eagle1_step_law(p: torch.Tensor, q: torch.Tensor, n: int, *, repeats: int,
-                    rows_fixed: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One level of EAGLE-1's walk at one node: (first (V,), late (V, V), fallback (V,)), exactly.
+@dataclass(frozen=True)
+class Eagle1Step:
+    """One level of EAGLE-1's walk at one node, exactly: first (V,), late (V, V), fallback (V,) (eagle1_step_law)."""
+
+    first: torch.Tensor
+    late: torch.Tensor
+    fallback: torch.Tensor
+
+
+def eagle1_step_law(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, repeats: int, rows_fixed: bool) -> Eagle1Step:
+    """One level of EAGLE-1's walk at one node: first (V,), late (V, V), fallback (V,), exactly.
 
     first[x]: the level's first test keeps x; late[x, y]: a later test keeps x, y the level's residual then (gtp);
     fallback[x]: every test rejected and x drawn from the last residual. The tests run children last-drawn first,
     each `repeats` times (the leaves below it), unless rows_fixed: drawn order, once each, which is rrs.
     """
-    X, weight = draft_outcomes(q, n, "without")  # (K, k) the children in drawn order, (K,) their probability
+    X, weight = draft_outcomes(q, num_drafts, "without")  # (K, k) the children in drawn order, (K,) their probability
     K, V = X.shape[0], p.numel()
     q_c, q_i = [], q.repeat(K, 1)  # q_c[c]: (K, V) q without children 0..c-1, renormalised: what child c is drawn from
     for x in X.T:
@@ -80,11 +91,12 @@ def eagle1_step_law(p: torch.Tensor, q: torch.Tensor, n: int, *, repeats: int,
         else:
             late[rows, x] += a[:, None] * target  # (K, V): kept after a rejection, with the residual at that moment
         target, reach = next_target(target, q_c[c]), reach - a  # gtp = norm([gtp - q_c]_+) after a rejection
-    return weight @ first, torch.einsum("k,kxy->xy", weight, late), weight @ (reach[:, None] * target)
+    return Eagle1Step(first=weight @ first, late=torch.einsum("k,kxy->xy", weight, late),
+                      fallback=weight @ (reach[:, None] * target))
 
 
-def eagle1_tree_distribution(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, widths,
-                             version: str) -> torch.Tensor:
+def eagle1_tree_law(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, widths,
+                    version: str) -> torch.Tensor:
     """The exact law (V,) * horizon of a static tree verified by EAGLE-1's evaluate_posterior as of `version`."""
     P, Q, start, widths, _ = check_tree(P, Q, start, widths, "rrs")
     horizon = check_int("horizon", horizon, minimum=1)
@@ -97,18 +109,18 @@ def eagle1_tree_distribution(P: torch.Tensor, Q: torch.Tensor, *, start: int, ho
         if count * V * V > MAX_TABLE:
             raise ValueError(f"widths holds {w}, which gives {count} draft outcomes at one node and a table of "
                              f"{count * V * V} numbers; this law holds at most {MAX_TABLE}: use smaller widths")
-        rows = [eagle1_step_law(P[s], Q[s], w, repeats=math.prod(widths[j + 1:]), rows_fixed=ver.rows_fixed)
+        rows = [eagle1_step_law(P[s], Q[s], num_drafts=w, repeats=math.prod(widths[j + 1:]), rows_fixed=ver.rows_fixed)
                 for s in range(V)]
-        first, late, fallback = (torch.stack([r[i] for r in rows]) for i in range(3))  # (V, V), (V, V, V), (V, V)
+        first, late, fallback = (torch.stack([getattr(r, f) for r in rows]) for f in ("first", "late", "fallback"))
         tables.append((first + late.sum(-1), fallback))
     kept = tables[-1][0]  # the deepest level: the bonus from P at the leaf, or from the residual after a rejection
     bonus = kept[:, :, None] * P[None] if ver.bonus_fixed else first[:, :, None] * P[None] + late
-    return tree_law(tables, bonus, start=start, horizon=horizon)
+    return tables_law(tables, bonus, start=start, horizon=horizon)
 
 
 def greedy_law(P: torch.Tensor, *, start: int, horizon: int) -> torch.Tensor:
     """The law of a verifier that is greedy at any temperature: the chain of P's argmax rows, whatever the drafts."""
-    return exact_sequence_distribution(policy_table(P, temperature=0), start, horizon)
+    return sequence_law(policy_table(P, temperature=0), start=start, horizon=horizon)
 
 
 @dataclass(frozen=True)
@@ -128,20 +140,20 @@ def tree_bugs(*, widths=(3, 2, 1), horizon: int = 4) -> list[TreeBug]:
     """The field bugs of tree verification on the reference chain, each with its exact TV from the target chain."""
     ch = reference_chain()
     kw = dict(start=ch.start, horizon=horizon, widths=widths)
-    target = exact_sequence_distribution(ch.P, ch.start, horizon)
-    eagle = {name: eagle1_tree_distribution(ch.P, ch.Q, version=name, **kw) for name in EAGLE1_VERSIONS}
+    target = sequence_law(ch.P, start=ch.start, horizon=horizon)
+    eagle = {name: eagle1_tree_law(ch.P, ch.Q, version=name, **kw) for name in EAGLE1_VERSIONS}
     laws = [
         ("EAGLE-1 after b09a256: rrs, bonus from the leaf", eagle["b09a256"], EAGLE1_VERSIONS["b09a256"].reference),
         ("EAGLE-1 at PR #47's parent", eagle["a02ade9"], EAGLE1_VERSIONS["a02ade9"].reference),
         ("PR #47's bonus bug alone", eagle["pr47_alone"], EAGLE1_VERSIONS["pr47_alone"].reference),
         ("EAGLE-1 after PR #47, rows unsorted", eagle["61020ed"], EAGLE1_VERSIONS["61020ed"].reference),
         ("greedy at any temperature", greedy_law(ch.P, start=ch.start, horizon=horizon), SGLANG_GREEDY),
-        ("top-n drafts with qx = 1 (one-hot)", exact_tree_distribution(ch.P, ch.Q, rule="onehot_sequential", **kw),
+        ("top-n drafts with qx = 1 (one-hot)", tree_law(ch.P, ch.Q, rule="onehot_sequential", **kw),
          "SafeAILab/EAGLE #183, #221, #283: not a bug"),
         ("top-n drafts with qx = q(x) instead",
-         exact_tree_distribution(ch.P, ch.Q, rule=Stages("top", ratio="q", residual="onehot"), **kw),
+         tree_law(ch.P, ch.Q, rule=Stages("top", ratio="q", residual="onehot"), **kw),
          "the alternative SafeAILab/EAGLE #283 implies"),
-        ("SGLang's walk fed i.i.d. drafts", exact_tree_distribution(ch.P, ch.Q, rule="walk_duplicate_siblings", **kw),
+        ("SGLang's walk fed i.i.d. drafts", tree_law(ch.P, ch.Q, rule="walk_duplicate_siblings", **kw),
          "constructed (duplicate siblings)"),
     ]
     return [TreeBug(name, total_variation(law, target), ref) for name, law, ref in laws]

@@ -10,9 +10,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_int, check_real
+from .._checks import check_int, check_real, check_widths
 from ..cost import CostV, c_v_at
-from .tree import check_widths, tree_expected_tokens
+from .tree import tree_expected_tokens
+
+__all__ = ["tree_nodes", "tree_speedup", "TreeSearch", "DEFAULT_SEARCH", "check_search", "BestTree", "all_trees",
+           "best_tree"]
 
 
 def tree_nodes(widths) -> int:
@@ -32,6 +35,31 @@ def tree_speedup(P: torch.Tensor, Q: torch.Tensor, *, start: int, widths, rule: 
     overhead = check_real("overhead", overhead, low=0.0)
     e_n = tree_expected_tokens(P, Q, start=start, widths=widths, rule=rule)
     return e_n / (len(widths) * c_d + c_v_at(c_v, tree_nodes(widths)) + overhead)
+
+
+@dataclass(frozen=True)
+class TreeSearch:
+    """The limits of a search over trees and the fixed cost of a round: at most max_depth levels and max_width
+    children a node; overhead O is added to every round's cost depth c_d + c_v(|T|)."""
+
+    max_depth: int = 8
+    max_width: int = 6  # i.i.d. drafts enumerate V**w outcomes at a node
+    overhead: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_int("max_depth", self.max_depth, minimum=1)
+        check_int("max_width", self.max_width, minimum=1)
+        check_real("overhead", self.overhead, low=0.0)
+
+
+DEFAULT_SEARCH = TreeSearch()
+
+
+def check_search(search) -> TreeSearch:
+    """A TreeSearch, or a TypeError naming the argument."""
+    if not isinstance(search, TreeSearch):
+        raise TypeError(f"search must be a TreeSearch, got {type(search).__name__}")
+    return search
 
 
 @dataclass(frozen=True)
@@ -64,18 +92,17 @@ def all_trees(budget: int, max_depth: int, max_width: int) -> list[tuple[int, ..
 
 
 def best_tree(P: torch.Tensor, Q: torch.Tensor, *, start: int, rule: str, c_d: float, c_v: CostV, budget: int,
-              max_depth: int = 8, max_width: int = 6, overhead: float = 0.0) -> BestTree:
-    """The static tree of largest S(T) with at most `budget` nodes, max_depth levels and max_width children a node.
+              search: TreeSearch = DEFAULT_SEARCH) -> BestTree:
+    """The static tree of largest S(T) with at most `budget` nodes, within search's max_depth and max_width.
 
     Ties go to the tree with fewer nodes, then to the first in lexicographic order. S below 1 means no tree in the
     budget beats plain decoding.
     """
     budget = check_int("budget", budget, minimum=1)
-    max_depth = check_int("max_depth", max_depth, minimum=1)
-    max_width = check_int("max_width", max_width, minimum=1)  # i.i.d. drafts enumerate V**w outcomes at a node
-    best, trees = None, all_trees(budget, max_depth, max_width)
+    search = check_search(search)
+    best, trees = None, all_trees(budget, search.max_depth, search.max_width)
     for widths in trees:
-        s = tree_speedup(P, Q, start=start, widths=widths, rule=rule, c_d=c_d, c_v=c_v, overhead=overhead)
+        s = tree_speedup(P, Q, start=start, widths=widths, rule=rule, c_d=c_d, c_v=c_v, overhead=search.overhead)
         key = (s, -tree_nodes(widths))
         if best is None or key > best[0]:
             best = (key, widths)

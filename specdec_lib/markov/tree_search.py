@@ -27,11 +27,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .._checks import check_int, check_real
+from .._checks import check_int, check_real, check_widths
 from ..cost import CostV, c_v_at
 from ..multidraft import MAX_TABLE
-from ..multidraft_rules import Stages, Walk, count_outcomes, draft_outcomes, stage
-from .tree import check_tree, check_widths
+from ..multidraft_rules import Stages, Walk, count_outcomes, node_outcomes
+from .tree import check_tree
+from .tree_cost import DEFAULT_SEARCH, TreeSearch, check_search
+
+__all__ = ["OrderedTree", "check_ordered_tree", "stage_laws", "stage_table", "tree_values", "max_width",
+           "ordered_tree_tokens", "ordered_tree_speedup", "BestOrderedTree", "pareto", "prune", "grow", "staircase",
+           "best_ordered_trees", "best_ordered_tree"]
 
 
 @dataclass(frozen=True)
@@ -115,26 +120,16 @@ def check_ordered_tree(tree) -> OrderedTree:
     return tree
 
 
-def stage_laws(p: torch.Tensor, q: torch.Tensor, n: int, v: Stages | Walk) -> torch.Tensor:
-    """(n, V): P(the stage-i draft is kept and is token x) at one node of n children; sums over i to step_law's kept.
+def stage_laws(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Stages | Walk) -> torch.Tensor:
+    """(num_drafts, V): P(the stage-i draft is kept and is token x) at one node; sums over i to step_law's kept.
 
-    Row i depends on the first i + 1 drafts only, so a node of k < n children has rows [:k]. Rows past the drafts
-    that exist (draws without replacement, or top-n, from a support under n) stay 0.
+    Row i depends on the first i + 1 drafts only, so a node of k < num_drafts children has rows [:k]. Rows past the
+    drafts that exist (draws without replacement, or top-n, from a support under num_drafts) stay 0.
     """
-    X, weight = draft_outcomes(q, n, v.draws)  # (K, k) every draft tuple, (K,) its probability
-    if isinstance(v, Walk):
-        hi = p[X].cumsum(-1).clamp(max=1.0)  # (K, k) where each child's slice of [0, 1) ends, as walk_law
-        chance = hi - torch.cat([torch.zeros_like(hi[:, :1]), hi[:, :-1]], dim=1)  # (K, k) P(u in child i's slice)
-    else:
-        target, q_i, reach, cols = p.repeat(X.shape[0], 1), q.repeat(X.shape[0], 1), torch.ones_like(weight), []
-        for x in X.T:  # (K,) draft i of every tuple, tested as stages_law tests it
-            a, target, q_i = stage(v, q, target, q_i, x)
-            cols.append(reach * a)  # P(stages before i rejected, stage i kept | the drafts)
-            reach = reach * (1 - a)
-        chance = torch.stack(cols, dim=1)  # (K, k)
-    law = torch.zeros(n, p.numel(), dtype=torch.float64)
-    for i in range(X.shape[1]):
-        law[i].index_add_(0, X[:, i], weight * chance[:, i])
+    o = node_outcomes(p, q, num_drafts=num_drafts, verifier=verifier)  # drafts (K, k), weight (K,), chance (K, k)
+    law = torch.zeros(num_drafts, p.numel(), dtype=torch.float64)
+    for i in range(o.drafts.shape[1]):
+        law[i].index_add_(0, o.drafts[:, i], o.weight * o.chance[:, i])
     return law
 
 
@@ -145,7 +140,7 @@ def stage_table(P: torch.Tensor, Q: torch.Tensor, width: int, v: Stages | Walk) 
     if count * V > MAX_TABLE:
         raise ValueError(f"a node of {width} children has {count} draft outcomes, a table of {count * V} numbers; "
                          f"the exact law holds at most {MAX_TABLE}: use a smaller max_width (or tree)")
-    return torch.stack([stage_laws(P[s], Q[s], width, v) for s in range(V)], dim=1)  # (width, V, V)
+    return torch.stack([stage_laws(P[s], Q[s], num_drafts=width, verifier=v) for s in range(V)], dim=1)  # (width, V, V)
 
 
 def tree_values(tree: OrderedTree, a: torch.Tensor) -> torch.Tensor:
@@ -260,32 +255,32 @@ def staircase(P: torch.Tensor, Q: torch.Tensor, *, start: int, v: Stages | Walk,
 
 
 def best_ordered_trees(P: torch.Tensor, Q: torch.Tensor, *, start: int, rule: str, c_d: float, c_v: CostV,
-                       budgets, max_width: int = 6, overhead: float = 0.0) -> dict[int, BestOrderedTree]:
-    """{budget: the ordered tree of largest S with at most `budget` draft nodes and max_width children a node}.
+                       budgets, search: TreeSearch = DEFAULT_SEARCH) -> dict[int, BestOrderedTree]:
+    """{budget: the ordered tree of largest S with at most `budget` draft nodes, within search's limits}.
 
-    Exact: the Pareto dynamic programme of the module docstring, one pass for every budget. Ties go to the tree
-    with fewer nodes, then to the shallower one.
+    Exact: the Pareto dynamic programme of the module docstring, one pass for every budget. The root's staircase
+    holds the best tree of every depth, so the depth limit is exact too. Ties go to the tree with fewer nodes, then
+    to the shallower one.
     """
     budgets = [check_int(f"budgets[{i}]", b, minimum=1) for i, b in enumerate(budgets)]
     if not budgets:
         raise ValueError("budgets must hold at least one node budget")
     P, Q, start, _, v = check_tree(P, Q, start, (1,), rule)  # the chain, start and rule, checked as tree.py checks
-    c_d, overhead = check_real("c_d", c_d, low=0.0), check_real("overhead", overhead, low=0.0)
+    c_d, search = check_real("c_d", c_d, low=0.0), check_search(search)
     V = P.shape[0]
     views = [[x, V] for x in range(V)] if v.draws == "top" else [list(range(V + 1))]  # one state a subtree, or all
-    found = staircase(P, Q, start=start, v=v, budget=max(budgets), max_width=max_width, views=views)
+    found = staircase(P, Q, start=start, v=v, budget=max(budgets), max_width=search.max_width, views=views)
     out = {}
     for b in budgets:
-        scored = [(e / (t.depth * c_d + c_v_at(c_v, t.size) + overhead), -t.size, -t.depth, e, t)
-                  for e, t in found if t.size <= b]
+        scored = [(e / (t.depth * c_d + c_v_at(c_v, t.size) + search.overhead), -t.size, -t.depth, e, t)
+                  for e, t in found if t.size <= b and t.depth <= search.max_depth]
         s, _, _, e, t = max(scored, key=lambda r: r[:3])
         out[b] = BestOrderedTree(tree=t, speedup=s, expected_tokens=e, nodes=t.size, depth=t.depth)
     return out
 
 
 def best_ordered_tree(P: torch.Tensor, Q: torch.Tensor, *, start: int, rule: str, c_d: float, c_v: CostV,
-                      budget: int, max_width: int = 6, overhead: float = 0.0) -> BestOrderedTree:
+                      budget: int, search: TreeSearch = DEFAULT_SEARCH) -> BestOrderedTree:
     """The ordered tree of largest S(T) with at most `budget` draft nodes (best_ordered_trees for one budget)."""
     budget = check_int("budget", budget, minimum=1)
-    return best_ordered_trees(P, Q, start=start, rule=rule, c_d=c_d, c_v=c_v, budgets=(budget,),
-                              max_width=max_width, overhead=overhead)[budget]
+    return best_ordered_trees(P, Q, start=start, rule=rule, c_d=c_d, c_v=c_v, budgets=(budget,), search=search)[budget]

@@ -13,10 +13,11 @@ from ..conformance import (
     BETA,
     DELTA,
     EPSILON,
-    Report,
+    Promise,
+    VerifierReport,
+    audit_verifier,
     battery,
     block_law,
-    check_verifier,
     complete,
     known_verifiers,
     power,
@@ -26,6 +27,11 @@ from ..sampling import total_variation
 from ..verification import verify_blocks
 from .style import COLORS, new_figure
 from .widgets import explorer
+
+__all__ = [
+    "CASES", "catch_probability", "bug_tvs", "plot_report", "worst_cases", "plot_power", "power_text",
+    "power_explorer", "FIGURES"
+]
 
 CASES = tuple(c.name for c in battery())
 
@@ -39,7 +45,7 @@ def catch_probability(tv: float, *, case: str = "post_pair", epsilon: float = EP
                       delta: float = DELTA) -> float:
     """The kit's guaranteed chance of failing a verifier whose completed law is `tv` off on `case` (0 below m)."""
     tv = check_real("tv", tv, low=0.0, high=1.0)
-    pw = power(_case(case), n=None, cases=len(CASES), epsilon=epsilon, beta=beta, delta=delta)
+    pw = power(_case(case), cases=len(CASES), promise=Promise(epsilon, beta, delta))
     return pw.catch_probability(tv, beta)
 
 
@@ -47,13 +53,13 @@ def bug_tvs(case: str = "post_pair") -> dict[str, float]:
     """Every known verifier's exact TV from the target on one case (completed laws, no sampling)."""
     c = _case(case)
     want = target_law(c.p_rows)
-    return {kv.name: total_variation(complete(block_law(kv.rule, c.p_rows, c.q_rows), c.p_rows), want)
+    return {kv.name: total_variation(complete(block_law(kv.spec, c.p_rows, c.q_rows), c.p_rows), want)
             for kv in known_verifiers()}
 
 
-def plot_report(*reports: Report):
+def plot_report(*reports: VerifierReport):
     """One panel per report: each case's measured TV as a bar (blue pass, red fail), its threshold as a black tick."""
-    if not reports or not all(isinstance(r, Report) for r in reports):
+    if not reports or not all(isinstance(r, VerifierReport) for r in reports):
         raise TypeError("plot_report takes one or more conformance Reports")
     fig, axes = new_figure(len(reports), width=3.4 * len(reports) + 1.0, height=3.4)
     axes = list(axes) if len(reports) > 1 else [axes]
@@ -89,7 +95,7 @@ def plot_power(*, epsilon: float = EPSILON, beta: float = BETA, delta: float = D
     d = torch.linspace(0, 1, 401).tolist()
     kw = {"epsilon": epsilon, "beta": beta, "delta": delta}
     for i, case in enumerate(battery()):
-        pw = power(case, n=None, cases=len(CASES), **kw)
+        pw = power(case, cases=len(CASES), promise=Promise(**kw))
         ax.plot(d, [pw.catch_probability(x, beta) for x in d], color=COLORS["target"], lw=1, alpha=0.6,
                 label="one curve per case (the kit's bound)" if i == 0 else None)
     ax.axvline(epsilon, ls=":", color="black", label=f"promise: TV >= {epsilon:g} caught, P >= {1 - beta:g}")
@@ -110,7 +116,7 @@ def plot_power(*, epsilon: float = EPSILON, beta: float = BETA, delta: float = D
 
 def power_text(*, epsilon: float = EPSILON, beta: float = BETA) -> str:
     """One line: the blocks per case and in all at this epsilon and beta, and the thresholds' range."""
-    pw = [power(c, n=None, cases=len(CASES), epsilon=epsilon, beta=beta) for c in battery()]
+    pw = [power(c, cases=len(CASES), promise=Promise(epsilon, beta)) for c in battery()]
     return (f"epsilon {epsilon:.2f}, beta {beta:g}: {min(p.n for p in pw)} to {max(p.n for p in pw)} blocks per case, "
             f"{sum(p.n for p in pw)} in all; thresholds {min(p.threshold for p in pw):.3f} to "
             f"{max(p.threshold for p in pw):.3f}")
@@ -127,11 +133,11 @@ def power_explorer(epsilon: float = EPSILON, beta: float = BETA):
                                            power_text(epsilon=epsilon, beta=beta)), controls)
 
 
-def _reports() -> tuple[Report, Report]:
+def _reports() -> tuple[VerifierReport, VerifierReport]:
     """The library's batched verifier and the softmax-residual bug, through the kit at its defaults."""
     bug = next(kv for kv in known_verifiers() if kv.name == "softmax_residual")
-    return (check_verifier(verify_blocks, convention="batched", subject="sd.verify_blocks"),
-            check_verifier(bug.verify, convention="batched", subject="softmax_residual"))
+    return (audit_verifier(verify_blocks, convention="batched", subject="sd.verify_blocks"),
+            audit_verifier(bug.verify, convention="batched", subject="softmax_residual"))
 
 
 FIGURES = {

@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 
 from .._checks import check_choice, check_int, check_real
-from ..markov.adaptive import confidence_speedup, fixed_k_speedups, hf_schedule_speedup, optimal_stopping
+from ..lab.recording import recorded
+from ..markov.adaptive import optimal_stopping, policy_speedup
 from ..markov.chain import reference_chain
 from ..markov.draft_rules import typical_threshold
 from ..markov.lookup import lookup_vs_model
@@ -19,7 +20,6 @@ from ..markov.lossy import typical_sweep
 from ..markov.measures import decoder_stats
 from ..markov.registry import failure_modes
 from .many_drafts_and_trees import EXACT_TV, tv_text
-from .measure_it import load_recording
 from .style import COLORS, new_figure
 from .widgets import explorer
 
@@ -143,7 +143,7 @@ def typical_explorer(*, epsilon: float = 0.09, delta: float = 0.3):
 
 @functools.cache
 def _fixed(c_d: float, c_v: float, k_max: int) -> tuple:
-    return tuple(fixed_k_speedups(CH.P, CH.Q, c_d=c_d, c_v=c_v, k_max=k_max))
+    return tuple(policy_speedup(CH.P, CH.Q, c_d=c_d, c_v=c_v, policy="fixed", k=k) for k in range(k_max + 1))
 
 
 @functools.cache
@@ -161,9 +161,9 @@ def policy_results(*, k: int = 4, c_d: float = C_D, confidence: float = 0.4, c_v
     c_d, c_v = round(float(c_d), 6), round(float(c_v), 6)  # slider floats: one cache entry per setting
     fixed = _fixed(c_d, c_v, k_max)
     return {"fixed k": fixed[k],
-            "transformers' schedule": hf_schedule_speedup(CH.P, CH.Q, c_d=c_d, c_v=c_v, k_max=k_max),
-            "confidence stop": confidence_speedup(CH.P, CH.Q, c_d=c_d, c_v=c_v, confidence=confidence, k=k,
-                                                  k_max=k_max),
+            "transformers' schedule": policy_speedup(CH.P, CH.Q, c_d=c_d, c_v=c_v, policy="hf_schedule", k_max=k_max),
+            "confidence stop": policy_speedup(CH.P, CH.Q, c_d=c_d, c_v=c_v, policy="confidence", confidence=confidence,
+                                              k=k, k_max=k_max),
             "oracle stopping": _optimal(c_d, c_v, k_max),
             "best fixed k": max(fixed, key=lambda r: r.speedup)}
 
@@ -257,7 +257,7 @@ def plot_lookup(rows=None):
 
 def lab_drafts(names=("table", "lookup")) -> dict:
     """{draft: SpeedupTable} of the lab's recorded `make measure` run (notebook 05) for the named drafts."""
-    recording = load_recording()
+    recording = recorded()
     return {name: recording.table(name) for name in names}
 
 

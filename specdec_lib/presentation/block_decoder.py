@@ -16,12 +16,16 @@ import torch
 from .._checks import check_choice, check_int
 from ..markov import batched
 from ..markov import chain as chain_mod
-from ..markov.exact import exact_decoder_distribution
+from ..markov.exact import decoder_law
 from ..markov.registry import MODES, failure_modes
 from ..noise import tv_noise_bound, tv_noise_mean
 from ..sampling import total_variation
 from .style import COLORS, new_figure
 from .widgets import explorer
+
+__all__ = ["N", "SEED", "BROKEN", "SHORT", "sample_sequences", "plot_decoder_tv", "plot_sequence_distributions",
+           "tv_by_sample_size", "plot_tv_convergence", "decoder_explorer", "SIZES", "HORIZON", "Detectability",
+           "detectability", "detectability_text", "plot_detectability", "detectability_explorer", "FIGURES"]
 
 N, SEED = 200_000, 2024  # sequences per decoder, one generator seed per run
 BROKEN = ("mismatched_q", "phantom_history", "off_by_one")  # the decoders that are wrong end to end
@@ -36,14 +40,14 @@ def sample_sequences(mode: str, *, n: int = N, seed: int = SEED) -> torch.Tensor
     ch = chain_mod.reference_chain()
     g = torch.Generator().manual_seed(seed)
     if mode == "direct":
-        return chain_mod.direct_sample(ch.P, ch.start, ch.horizon, n, generator=g)
-    return batched.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=ch.k, n=n, mode=mode, generator=g,
-                                 Q_bad=ch.Q_bad)
+        return chain_mod.direct_sample(ch.P, start=ch.start, horizon=ch.horizon, num_samples=n, generator=g)
+    return batched.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=ch.k, num_samples=n, mode=mode,
+                                 generator=g, Q_bad=ch.Q_bad)
 
 
 def _exact() -> torch.Tensor:
     ch = chain_mod.reference_chain()
-    return chain_mod.exact_sequence_distribution(ch.P, ch.start, ch.horizon)  # (V, V, V)
+    return chain_mod.sequence_law(ch.P, start=ch.start, horizon=ch.horizon)  # (V, V, V)
 
 
 # ---- TV by decoder --------------------------------------------------------------------------------------
@@ -129,14 +133,14 @@ def plot_tv_convergence(*, runs: Mapping[str, torch.Tensor] | None = None,
     """Measured TV against M (log-log) per decoder, its exact TV as a dashed line, and the noise floor ~ 1/sqrt(M).
 
     runs maps decoder modes to samples (M, horizon); exact_tv maps them to the exact TV of the decoder's output
-    (from exact_decoder_distribution). Defaults: every mode of the reference chain at n sequences.
+    (from decoder_law). Defaults: every mode of the reference chain at n sequences.
     """
     ch = chain_mod.reference_chain()
     target = _exact()
     if runs is None:
         runs = {m: sample_sequences(m, n=n, seed=seed) for m in batched.DECODER_MODES}
     if exact_tv is None:
-        exact_tv = {m: total_variation(exact_decoder_distribution(ch.P, ch.Q, start=ch.start, horizon=ch.horizon,
+        exact_tv = {m: total_variation(decoder_law(ch.P, ch.Q, start=ch.start, horizon=ch.horizon,
                                                                   k=ch.k, mode=m, Q_bad=ch.Q_bad), target)
                     for m in runs}
     m_max = min(r.shape[0] for r in runs.values())
@@ -201,15 +205,15 @@ class Detectability:
 def _laws(mode: str, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(decoder's exact law, the target it should sample: bug.target(P)), both (V,) * HORIZON."""
     ch = chain_mod.reference_chain()
-    law = exact_decoder_distribution(ch.P, ch.Q, start=ch.start, horizon=HORIZON, k=k, mode=mode, Q_bad=ch.Q_bad)
-    return law, chain_mod.exact_sequence_distribution(MODES[mode].target(ch.P), ch.start, HORIZON)
+    law = decoder_law(ch.P, ch.Q, start=ch.start, horizon=HORIZON, k=k, mode=mode, Q_bad=ch.Q_bad)
+    return law, chain_mod.sequence_law(MODES[mode].target(ch.P), start=ch.start, horizon=HORIZON)
 
 
 @lru_cache(maxsize=8)
 def _run(mode: str, k: int, n: int, seed: int) -> torch.Tensor:
     """n sequences (n, HORIZON) of decode_markov(mode) on the reference chain: one run, read at every M."""
     ch = chain_mod.reference_chain()
-    return batched.decode_markov(ch.P, ch.Q, start=ch.start, horizon=HORIZON, k=k, n=n, mode=mode,
+    return batched.decode_markov(ch.P, ch.Q, start=ch.start, horizon=HORIZON, k=k, num_samples=n, mode=mode,
                                  generator=torch.Generator().manual_seed(seed), Q_bad=ch.Q_bad)
 
 

@@ -7,15 +7,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from matplotlib.colors import TwoSlopeNorm
 
 from .. import cost
 from .._checks import check_int, check_real
 from ..accounting import expected_tokens
+from ..lab.batch_cost import LinearCost
+from ..lab.recording import recorded
 from .style import COLORS, new_figure
 from .widgets import explorer
+
+__all__ = [
+    "SLOWER_GID", "PARITY_GID", "BEST_K_GID", "DRAFT_GID", "VERIFY_GID", "OVERHEAD_GID", "PLAIN_GID", "LANE_END_GID",
+    "MEASURED_GID", "ILLUSTRATIVE_GID", "MEMORY_BOUND", "COMPUTE_BOUND", "plot_round_timeline", "ALPHAS_FINE",
+    "C_DS_FINE", "plot_speedup_heatmap", "plot_k_sweep", "plot_batch_regime", "cost_explorer", "FIGURES"
+]
 
 SLOWER_GID = "slower_than_plain"  # the hatched region S < 1
 PARITY_GID = "parity"  # the contour S = 1
@@ -24,20 +31,6 @@ DRAFT_GID, VERIFY_GID, OVERHEAD_GID = "draft_step", "verification", "overhead"  
 PLAIN_GID = "plain_step"  # the plain-decoding lane's bars, one per target step
 LANE_END_GID = "lane_end"  # the tick where each lane ends
 MEASURED_GID, ILLUSTRATIVE_GID = "measured", "illustrative"  # c_v(k; B) as measured; the notebook's two slopes
-
-
-@dataclass(frozen=True)
-class LinearCost:
-    """c_v(k) = base + slope * k, in units of one target decode step; prints as the formula."""
-
-    base: float
-    slope: float
-
-    def __call__(self, k: int) -> float:
-        return self.base + self.slope * k
-
-    def __str__(self) -> str:
-        return f"{self.base:g} + {self.slope:g} k"
 
 
 MEMORY_BOUND = LinearCost(1.0, 0.05)  # the post's k sweep: k extra positions cost almost nothing
@@ -108,7 +101,7 @@ def plot_speedup_heatmap(*, k: int = 8, c_v: float | Callable[[int], float] = 1.
     """
     alphas = ALPHAS_FINE if alphas is None else list(alphas)
     c_ds = C_DS_FINE if c_ds is None else list(c_ds)
-    grid = cost.speedup_grid(alphas, c_ds, k, c_v, overhead=overhead)  # (A, C) float64
+    grid = cost.speedup_grid(alphas, c_ds, k=k, c_v=c_v, overhead=overhead)  # (A, C) float64
     fig, ax = new_figure(width=6.4, height=4.2)
     ax.grid(False)
     lo, hi = float(grid.min()), float(grid.max())
@@ -131,8 +124,8 @@ def plot_speedup_heatmap(*, k: int = 8, c_v: float | Callable[[int], float] = 1.
         parity.set_gid(PARITY_GID)
     if point is not None:
         alpha, c_d = point
-        s = cost.speedup(alpha, c_d, k, c_v, overhead=overhead)
-        best = cost.best_k(alpha, c_d, c_v, k_max=k_max, overhead=overhead)
+        s = cost.speedup(alpha, c_d=c_d, k=k, c_v=c_v, overhead=overhead)
+        best = cost.best_k(alpha, c_d=c_d, c_v=c_v, k_max=k_max, overhead=overhead)
         ax.plot([c_d], [alpha], marker="o", markersize=8, markerfacecolor="white",
                 markeredgecolor="black", linestyle="none", gid=BEST_K_GID, clip_on=False)
         right = c_d > (c_ds[0] + c_ds[-1]) / 2  # keep the label inside the axes
@@ -157,7 +150,7 @@ def plot_k_sweep(*, alphas: Sequence[float] = (0.5, 0.7, 0.9), c_d: float = 0.15
     fig, ax = new_figure()
     palette = [COLORS["target"], COLORS["draft"], COLORS["overlap"], COLORS["neutral"], COLORS["wrong"]]
     for i, alpha in enumerate(alphas):
-        best = cost.best_k(alpha, c_d, c_v, k_max=k_max)  # speedups[k] for k = 0..k_max
+        best = cost.best_k(alpha, c_d=c_d, c_v=c_v, k_max=k_max)  # speedups[k] for k = 0..k_max
         color = palette[i % len(palette)]
         note = f"best k = {best.k}" if best.k else "best k = 0: do not speculate"
         ax.plot(ks, best.speedups[1:], color=color, marker=".", label=f"α = {alpha:g}  ({note})")
@@ -225,8 +218,8 @@ def cost_explorer(*, alpha: float = 0.8, k: int = 8, c_d: float = 0.15, c_v: flo
 
     def render(alpha: float, k: int, c_d: float, c_v: float, b: float, overhead: float):
         c_v_k = c_v if b == 0 else LinearCost(c_v, b)  # b = 0: the constant c_v, titled as before
-        best = cost.best_k(alpha, c_d, c_v_k, k_max=k_max, overhead=overhead)
-        s = cost.speedup(alpha, c_d, k, c_v_k, overhead=overhead)
+        best = cost.best_k(alpha, c_d=c_d, c_v=c_v_k, k_max=k_max, overhead=overhead)
+        s = cost.speedup(alpha, c_d=c_d, k=k, c_v=c_v_k, overhead=overhead)
         verdict = "faster" if s >= 1 else "SLOWER"
         setting = f"c_v = {c_v:.1f}" if b == 0 else f"c_v(k) = {c_v:.1f} + {b:.2f} k"
         setting += f", O = {overhead:.2f}" if overhead > 0 else ""
@@ -238,10 +231,8 @@ def cost_explorer(*, alpha: float = 0.8, k: int = 8, c_d: float = 0.15, c_v: flo
 
 
 def _recorded_batch():
-    """The batch regime of the lab's recorded `make measure` run (presentation.measure_it.RECORDED)."""
-    from .measure_it import RECORDED  # measure_it imports this module: read it only when drawing
-
-    return RECORDED.batch
+    """The batch regime of the lab's recorded `make measure` run (lab.recording.recorded())."""
+    return recorded().batch
 
 
 FIGURES = {

@@ -15,6 +15,14 @@ from ..sampling import post_pair
 from .style import COLORS, new_figure
 from .widgets import explorer
 
+__all__ = [
+    "POST_DRAWS", "POST_TEMPERATURES", "POST_LOGIT_PAIRS", "PAIR_COLORS", "SAMPLER_COLORS", "T_RANGE", "N_GRID",
+    "STATE_TEMPERATURES", "TEMPERATURE_COLORS", "logit_pairs", "overlap_at", "check_policy", "truncation_label",
+    "beta_by_state", "sampler_frequencies", "overlap_curve", "plot_shared_mass", "plot_sampler_frequencies",
+    "plot_overlap_vs_temperature", "plot_pair_at_temperature", "plot_temperature_view", "temperature_explorer",
+    "plot_beta_by_state", "FIGURES"
+]
+
 # The post's parameters.
 POST_DRAWS = 400_000
 POST_TEMPERATURES = (0.1, 0.3, 0.7, 1.0, 2.0, 5.0, 20.0)
@@ -26,6 +34,7 @@ PAIR_COLORS = {"same argmax": "#9467bd", "different argmax": "#8c564b"}
 SAMPLER_COLORS = {"direct sampling from p": COLORS["neutral"], "speculative, residual on reject": COLORS["overlap"],
                   "speculative, p on reject": COLORS["wrong"]}
 T_RANGE = (0.05, 50.0)  # the temperature axis of the overlap curve (log scale)
+N_GRID = 200  # points of each overlap curve over T_RANGE
 STATE_TEMPERATURES = (1.0, 0.5)  # beta(h) by state of the reference chain, at these temperatures
 TEMPERATURE_COLORS = ("#1f77b4", "#17becf", "#9467bd", "#8c564b")
 
@@ -76,11 +85,11 @@ def sampler_frequencies(p: torch.Tensor | None = None, q: torch.Tensor | None = 
     g = torch.Generator().manual_seed(seed)
     vocab = p.shape[-1]
     return {
-        "direct sampling from p": sampling.empirical(sampling.sample_from(p, n, g), vocab),
+        "direct sampling from p": sampling.empirical(sampling.sample_from(p, num_samples=n, generator=g), vocab),
         "speculative, residual on reject": sampling.empirical(
-            sampling.speculative_sample(p, q, n, g, mode="correct"), vocab),
+            sampling.speculative_sample(p, q, num_samples=n, generator=g, mode="correct"), vocab),
         "speculative, p on reject": sampling.empirical(
-            sampling.speculative_sample(p, q, n, g, mode="target_on_reject"), vocab),
+            sampling.speculative_sample(p, q, num_samples=n, generator=g, mode="target_on_reject"), vocab),
     }
 
 
@@ -112,11 +121,11 @@ def overlap_curve(logits_p: torch.Tensor, logits_q: torch.Tensor, temps, *, top_
 
 
 def _draw_overlap_curves(ax, pairs: dict, temps, *, mark_T: float | None = None, highlight: str | None = None,
-                         top_k: int | None = None, top_p: float | None = None, t_range=T_RANGE,
-                         n_grid: int = 200) -> None:
-    """Overlap against T (log axis) per pair under top_k/top_p: curve, dots at `temps`, marker at `mark_T`."""
-    lo, hi = (float(torch.log10(torch.tensor(t))) for t in t_range)
-    grid = torch.logspace(lo, hi, n_grid, dtype=torch.float64).tolist()
+                         top_k: int | None = None, top_p: float | None = None) -> None:
+    """Overlap against T (log axis, N_GRID points over T_RANGE) per pair under top_k/top_p: curve, dots at `temps`,
+    marker at `mark_T`."""
+    lo, hi = (float(torch.log10(torch.tensor(t))) for t in T_RANGE)
+    grid = torch.logspace(lo, hi, N_GRID, dtype=torch.float64).tolist()
     truncated = truncation_label(top_k, top_p) != ""
     for name, (lp, lq) in pairs.items():
         color = PAIR_COLORS.get(name, COLORS["neutral"])

@@ -1,6 +1,6 @@
 """Field-guide figures: every registered decoder's exact distance from the target, and one bug up close.
 
-Everything here is exact (no sampling): `exact_decoder_distribution` gives each decoder's output law on the
+Everything here is exact (no sampling): `sd.decoder_law` gives each decoder's output law on the
 reference chain. Defaults use k = 2 and horizon 3, so that a full block's bonus token lands inside the horizon.
 """
 from __future__ import annotations
@@ -10,12 +10,17 @@ from dataclasses import dataclass
 import torch
 
 from ..markov import chain as chain_mod
-from ..markov.exact import exact_decoder_distribution
+from ..markov import exact
 from ..markov.registry import MODES, failure_modes
 from ..sampling import total_variation
 from .block_decoder import plot_sequence_distributions
 from .style import COLORS, new_figure
 from .widgets import explorer
+
+__all__ = [
+    "K", "HORIZON", "GuideRow", "decoder_law", "guide_rows", "guide_table", "plot_guide_tv", "plot_bug", "bug_card",
+    "field_guide_explorer", "FIGURES"
+]
 
 K, HORIZON = 2, 3
 
@@ -34,8 +39,8 @@ class GuideRow:
 def decoder_law(mode: str, *, k: int = K, horizon: int = HORIZON) -> tuple[torch.Tensor, torch.Tensor]:
     """(decoder's exact output law, the target it should match), both (V,) * horizon, on the reference chain."""
     ch = chain_mod.reference_chain()
-    law = exact_decoder_distribution(ch.P, ch.Q, start=ch.start, horizon=horizon, k=k, mode=mode, Q_bad=ch.Q_bad)
-    return law, chain_mod.exact_sequence_distribution(MODES[mode].target(ch.P), ch.start, horizon)
+    law = exact.decoder_law(ch.P, ch.Q, start=ch.start, horizon=horizon, k=k, mode=mode, Q_bad=ch.Q_bad)
+    return law, chain_mod.sequence_law(MODES[mode].target(ch.P), start=ch.start, horizon=horizon)
 
 
 def guide_rows(*, k: int = K, horizon: int = HORIZON) -> list[GuideRow]:

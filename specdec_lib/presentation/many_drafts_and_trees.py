@@ -1,25 +1,28 @@
 """Act V figures: many drafts at one position, static draft trees on the reference chain, and tree verification's bugs.
 
-Everything is exact (no sampling): `multidraft_law` and the tree engine give each rule's output law; the tree bugs'
-laws and TVs come from markov.tree_bugs. This module only draws and formats them.
+Everything is exact (no sampling): `multidraft_law`, `acceptance_table` (multidraft.py) and the tree engine give each
+rule's output law and acceptance; the tree bugs' laws and TVs come from markov.tree_bugs. This module only draws and
+formats them.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from .._checks import check_choice, check_int
-from ..markov.chain import exact_sequence_distribution, reference_chain
-from ..markov.tree import check_widths, exact_tree_distribution, tree_expected_tokens
+from .._checks import check_choice, check_int, check_widths
+from ..markov.chain import reference_chain, sequence_law
+from ..markov.tree import tree_expected_tokens, tree_law
 from ..markov.tree_bugs import TreeBug, tree_bugs
 from ..markov.tree_cost import tree_nodes, tree_speedup
-from ..multidraft import RULES, multidraft_accept_probability, multidraft_law
+from ..multidraft import RULES, acceptance_table, multidraft_accept_probability, multidraft_law
 from ..policy import apply_policy
 from ..sampling import overlap, post_pair, total_variation
 from .cost_model import LinearCost
 from .style import COLORS, new_figure
 from .widgets import explorer
+
+__all__ = ["EXACT_TV", "N_MAX", "PAIRS", "ADVERSARIAL", "WIDTHS", "C_D", "C_V", "BETA_GID", "MARK_GID", "TARGET_GID",
+           "f64", "tv_text", "plot_acceptance_vs_n", "plot_rule_view", "multidraft_explorer", "plot_tree_bugs",
+           "cost_text", "first_two", "plot_tree_view", "tree_explorer", "FIGURES"]
 
 EXACT_TV = 1e-12  # a law this close to the target (in TV) is exact up to float64 rounding
 N_MAX = 5  # drafts per position on the figures: the post's vocabulary has five tokens
@@ -45,28 +48,17 @@ def f64(x: torch.Tensor) -> torch.Tensor:
     return x / x.sum(-1, keepdim=True)
 
 
-def law_tv(p: torch.Tensor, q: torch.Tensor, n: int, rule: str) -> float:
-    """TV of the rule's exact law (n drafts) from p, in float64."""
-    return total_variation(multidraft_law(p, q, n, rule=rule), f64(p))
-
-
 def tv_text(tv: float) -> str:
     """A TV as the course prints it: '< 1e-12' when it is float64 rounding, else four decimals."""
     return f"< {EXACT_TV:.0e}" if tv < EXACT_TV else f"{tv:.4f}"
 
 
-def acceptance_table(p: torch.Tensor, q: torch.Tensor, *, n_max: int = N_MAX) -> dict[str, list[float]]:
-    """{rule: [P(a draft kept) for n = 1..n_max]}, every registered rule, exactly."""
-    n_max = check_int("n_max", n_max, minimum=1)
-    return {r: [multidraft_accept_probability(p, q, n, rule=r) for n in range(1, n_max + 1)] for r in RULES}
-
-
-def _draw_acceptance(ax, p, q, *, n_max: int, mark: tuple[str, int] | None) -> None:
+def _draw_acceptance(ax, p, q, *, max_drafts: int, mark: tuple[str, int] | None) -> None:
     """Acceptance against n for every rule (exact solid, wrong dashed) and the single draft's beta."""
-    ns = list(range(1, n_max + 1))
+    ns = list(range(1, max_drafts + 1))
     palette = [COLORS["target"], COLORS["overlap"], COLORS["draft"], "#9467bd", COLORS["wrong"], "#8c564b",
                "#e377c2", COLORS["neutral"]]
-    for color, (rule, acc) in zip(palette, acceptance_table(p, q, n_max=n_max).items()):
+    for color, (rule, acc) in zip(palette, acceptance_table(p, q, max_drafts=max_drafts).items()):
         exact = RULES[rule].exact
         ax.plot(ns, acc, color=color, marker="o" if exact else ".", linestyle="-" if exact else "--",
                 linewidth=1.8 if exact else 1.0, label=rule, gid=rule)
@@ -80,23 +72,24 @@ def _draw_acceptance(ax, p, q, *, n_max: int, mark: tuple[str, int] | None) -> N
     ax.set_ylabel("P(a draft is kept)")
 
 
-def plot_acceptance_vs_n(p: torch.Tensor | None = None, q: torch.Tensor | None = None, *, n_max: int = N_MAX,
+def plot_acceptance_vs_n(p: torch.Tensor | None = None, q: torch.Tensor | None = None, *, max_drafts: int = N_MAX,
                          title: str = "the post's pair"):
     """P(a draft is kept) against n for every rule, against the single-draft beta = 1 - TV(p, q) (dotted)."""
     p, q = post_pair() if p is None else (p, q)
     fig, ax = new_figure(height=4.0)
-    _draw_acceptance(ax, p, q, n_max=check_int("n_max", n_max, minimum=1), mark=None)
+    _draw_acceptance(ax, p, q, max_drafts=check_int("max_drafts", max_drafts, minimum=1), mark=None)
     ax.legend(fontsize=7, ncol=2, loc="lower right")
     ax.set_title(f"Acceptance against n on {title}\ndotted: one draft, β = 1 - TV = {overlap(p, q):.3f}; "
                  "dashed: wrong rules; onehot_walk has onehot_sequential's law", fontsize=9)
     return fig
 
 
-def plot_rule_view(*, pair: str = "the post's pair", n: int = 3, rule: str = "rrs"):
-    """One rule at n drafts: its exact law against p (left), and its acceptance among every rule's (right)."""
+def plot_rule_view(*, pair: str = "the post's pair", num_drafts: int = 3, rule: str = "rrs"):
+    """One rule at num_drafts drafts: its exact law against p (left), its acceptance among every rule's (right)."""
     p, q = PAIRS[check_choice("pair", pair, tuple(PAIRS))]
-    n = check_int("n", n, minimum=1)
-    law, tv = multidraft_law(p, q, n, rule=check_choice("rule", rule, tuple(RULES))), law_tv(p, q, n, rule)
+    n = check_int("num_drafts", num_drafts, minimum=1)
+    law = multidraft_law(p, q, num_drafts=n, rule=check_choice("rule", rule, tuple(RULES)))
+    tv = total_variation(law, f64(p))
     fig, (left, right) = new_figure(2, width=11.0, height=3.8)
     tokens = list(range(p.numel()))
     left.bar(tokens, law.tolist(), color=COLORS["target"] if tv < EXACT_TV else COLORS["wrong"], label=f"{rule}'s law")
@@ -106,23 +99,23 @@ def plot_rule_view(*, pair: str = "the post's pair", n: int = 3, rule: str = "rr
     left.set_xlabel("emitted token")
     left.legend(fontsize=8)
     left.set_title(f"{rule}, n = {n}: TV from p {tv_text(tv)}", fontsize=10)
-    _draw_acceptance(right, p, q, n_max=max(N_MAX, n), mark=(rule, n))
+    _draw_acceptance(right, p, q, max_drafts=max(N_MAX, n), mark=(rule, n))
     right.legend(fontsize=7, ncol=2, loc="lower right")
     right.set_title(f"acceptance on {pair} (star: {rule} at n = {n})", fontsize=10)
-    accept = multidraft_accept_probability(p, q, n, rule=rule)
+    accept = multidraft_accept_probability(p, q, num_drafts=n, rule=rule)
     text = (f"{rule}, n = {n} on {pair}: P(a draft kept) = {accept:.3f} (one draft: β = {overlap(p, q):.3f}); "
             f"TV(law, p) {tv_text(tv)} ({'exact' if tv < EXACT_TV else 'WRONG'})")
     return fig, text
 
 
-def multidraft_explorer(*, pair: str = "the post's pair", n: int = 3, rule: str = "rrs"):
-    """A dropdown for the pair and the rule and a slider for n over plot_rule_view."""
+def multidraft_explorer(*, pair: str = "the post's pair", num_drafts: int = 3, rule: str = "rrs"):
+    """A dropdown for the pair and the rule and a slider for the drafts n over plot_rule_view."""
     import ipywidgets as widgets
 
     controls = {"pair": widgets.Dropdown(options=list(PAIRS), value=pair, description="pair"),
-                "n": widgets.IntSlider(value=n, min=1, max=N_MAX, step=1, description="n"),
+                "num_drafts": widgets.IntSlider(value=num_drafts, min=1, max=N_MAX, step=1, description="n"),
                 "rule": widgets.Dropdown(options=list(RULES), value=rule, description="rule")}
-    return explorer(lambda **kw: plot_rule_view(**kw), controls, rows=[["pair", "n", "rule"]])
+    return explorer(lambda **kw: plot_rule_view(**kw), controls, rows=[["pair", "num_drafts", "rule"]])
 
 
 def plot_tree_bugs(bugs: list[TreeBug] | None = None, *, widths=WIDTHS):
@@ -177,8 +170,8 @@ def plot_tree_view(*, widths=WIDTHS, rule: str = "rrs", c_d: float = C_D, c_v=C_
     ch = reference_chain()
     widths = check_widths(widths)
     horizon = len(widths) + 1
-    law = exact_tree_distribution(ch.P, ch.Q, start=ch.start, horizon=horizon, widths=widths, rule=rule)
-    target = exact_sequence_distribution(ch.P, ch.start, horizon)
+    law = tree_law(ch.P, ch.Q, start=ch.start, horizon=horizon, widths=widths, rule=rule)
+    target = sequence_law(ch.P, start=ch.start, horizon=horizon)
     tv = total_variation(law, target)
     e_n = tree_expected_tokens(ch.P, ch.Q, start=ch.start, widths=widths, rule=rule)
     s = tree_speedup(ch.P, ch.Q, start=ch.start, widths=widths, rule=rule, c_d=c_d, c_v=c_v)
@@ -213,15 +206,6 @@ def tree_explorer(*, w1: int = 3, w2: int = 2, w3: int = 1, rule: str = "rrs", c
         return plot_tree_view(widths=widths, rule=rule, c_d=c_d)
 
     return explorer(render, controls, rows=[["w1", "w2", "w3"], ["rule", "c_d"]])
-
-
-def tokens_per_round(log) -> tuple[float, float]:
-    """(mean of A + 1 over a SpecDecodeLog's rounds, its standard error), from the log's counts of A >= a."""
-    s = log.summary()
-    at_least = torch.tensor(s.accepted_at, dtype=torch.float64) / s.rounds  # (k,) P(A >= a), a = 1..k
-    a = torch.arange(1, s.k + 1, dtype=torch.float64)
-    mean, square = at_least.sum().item(), ((2 * a - 1) * at_least).sum().item()  # E[A], E[A^2]
-    return 1 + mean, math.sqrt((square - mean ** 2) / s.rounds)
 
 
 FIGURES = {

@@ -1,99 +1,38 @@
 """Lab figures: the cost equation beside the clock for every draft, the (c_d, alpha) plane, a what-if panel.
 
 The plots read a Recording: every SpeedupTable and the batch fit of one `make measure` run, written by
-`benchmarks/measure_speedup.py --json` and committed as data/measure_reference.json (RECORDED), so figures
-and notebooks print the same numbers on every machine and never time anything.
+`benchmarks/measure_speedup.py --json`, committed as specdec_lib/data/measure_reference.json and read by
+lab/recording.py (RECORDED), so figures and notebooks print the same numbers on every machine and never time
+anything.
 """
 from __future__ import annotations
 
-import json
 import math
-import pathlib
-from dataclasses import dataclass
 
 import torch
 
 from .._checks import check_int, check_real
-from ..accounting import expected_tokens
-from ..cost import BestK, speedup
-from ..lab.batch_cost import BatchCost, fit_c_v
+from ..accounting import alpha_from_tokens
+from ..cost import speedup
 from ..lab.drafters import as_drafter
-from ..lab.generation import generate_plain, verify_round
+from ..lab.generation import GREEDY, generate_plain, verify_round
 from ..lab.measure import SpeedupTable
+from ..lab.recording import Recording, recorded
 from ..lab.transformer import KVCache
-from .cost_model import LinearCost, plot_speedup_heatmap
+from .cost_model import plot_speedup_heatmap
 from .style import COLORS, new_figure
 from .widgets import explorer
+
+__all__ = [
+    "PARITY_GID", "MEASURED_GID", "DRAFTS_GID", "RECORDED", "constant_guess", "draft_points", "drafts_summary",
+    "plot_measured_speedup", "plot_drafts_plane", "plot_what_if", "what_if_explorer", "StaleCache",
+    "generate_without_target_rollback", "FIGURES"
+]
 
 PARITY_GID = "parity"  # the dashed line S = 1
 MEASURED_GID = "measured"  # the measured speedups
 DRAFTS_GID = "drafts"  # the recorded drafts on the (c_d, alpha) plane
-REFERENCE_PATH = pathlib.Path(__file__).with_name("data") / "measure_reference.json"
-
-
-@dataclass(frozen=True)
-class Recording:
-    """One `make measure` run: a SpeedupTable per draft and the batch regime's BatchCost."""
-
-    tables: list[SpeedupTable]
-    batch: BatchCost
-
-    @property
-    def drafts(self) -> list[str]:
-        return [t.draft for t in self.tables]
-
-    def table(self, draft: str) -> SpeedupTable:
-        """The table of the draft called draft (ValueError listing the recorded names otherwise)."""
-        for t in self.tables:
-            if t.draft == draft:
-                return t
-        raise ValueError(f"draft must be one of {', '.join(self.drafts)}; got {draft!r}")
-
-    def best(self) -> tuple[SpeedupTable, int]:
-        """(table, index of k) of the largest measured speedup over every draft and k."""
-        return max(((t, i) for t in self.tables for i in range(len(t.ks))), key=lambda ti: ti[0].measured[ti[1]])
-
-    @property
-    def measured(self) -> list[float]:
-        """Every median measured speedup, over drafts and k."""
-        return [m for t in self.tables for m in t.measured]
-
-    @property
-    def max_rel_error(self) -> float:
-        """The equation's largest |predicted - measured| / measured over every draft and k."""
-        return max(t.max_rel_error for t in self.tables)
-
-    def c_v_line(self) -> LinearCost:
-        """c_v(k) = c0 + slope k, least squares over every draft's (k, c_v(k)), rounded to 3 decimals."""
-        c0, slope = fit_c_v([k for t in self.tables for k in t.ks], [c for t in self.tables for c in t.c_v])
-        return LinearCost(round(c0, 3), round(slope, 3))
-
-
-def load_recording(path: str | pathlib.Path = REFERENCE_PATH) -> Recording:
-    """The Recording in a JSON file written by `benchmarks/measure_speedup.py --json PATH`."""
-    path = pathlib.Path(path)
-    data = json.loads(path.read_text())
-    if not isinstance(data, dict) or set(data) != {"tables", "batch"} or not data["tables"]:
-        raise ValueError(f"path must hold measure_speedup's JSON ({{'tables': [...], 'batch': {{...}}}}), got {path}")
-    tables = [SpeedupTable(**{**t, "measured_range": [tuple(r) for r in t["measured_range"]],
-                              "T_1_range": tuple(t["T_1_range"])}) for t in data["tables"]]
-    b = data["batch"]
-    batch = BatchCost(**{**b, "fits": [tuple(f) for f in b["fits"]], "best": [BestK(**x) for x in b["best"]]})
-    return Recording(tables=tables, batch=batch)
-
-
-RECORDED = load_recording()
-
-
-def alpha_from_tokens(e_n: float, k: int) -> float:
-    """The constant alpha with E[N(k)] = (1 - alpha^(k+1)) / (1 - alpha) = e_n (bisection; e_n in [1, k + 1])."""
-    k = check_int("k", k, minimum=1)
-    e_n = check_real("e_n", e_n, low=1.0, high=k + 1.0)
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected_tokens(mid, k) < e_n else (lo, mid)
-    return (lo + hi) / 2
+RECORDED = recorded()  # the committed run: lab.recording.recorded()
 
 
 def constant_guess(measured) -> tuple[float, float]:
@@ -187,7 +126,7 @@ def plot_what_if(recording: Recording = RECORDED, *, c_d: float, alpha: float, k
     alpha = check_real("alpha", alpha, low=0.0, high=1.0)
     fig, points = _plane(recording, k, point=(alpha, c_d))
     line = recording.c_v_line()
-    text = (f"predicted S({k}) = {speedup(alpha, c_d, k, line):.2f} at c_d = {c_d:.2f}, alpha = {alpha:.2f}, "
+    text = (f"predicted S({k}) = {speedup(alpha, c_d=c_d, k=k, c_v=line):.2f} at c_d = {c_d:.2f}, alpha = {alpha:.2f}, "
             f"c_v(k) = {line}; recorded at k = {k}: "
             + (", ".join(f"{p['draft']} {p['measured']:.2f}" for p in points) or "none"))
     return fig, text
@@ -230,8 +169,8 @@ def generate_without_target_rollback(target, draft, prompt: torch.Tensor, n_new:
     d_state, n = drafter.start(prompt), L
     while n < L + n_new and t_cache.length + k + 1 <= t_cache.max_len:
         proposals, q_rows = drafter.propose(d_state, seq, n, k, temperature=0.0, top_k=None, generator=None)
-        a, nxt = verify_round(target, t_cache, d_state, seq[n - 1:n], proposals, q_rows, n=n, temperature=0.0,
-                              top_k=None, generator=None, drafter=drafter)
+        a, nxt = verify_round(target, t_cache, d_state, torch.cat([seq[n - 1:n], proposals]), q_rows, n=n,
+                              decoding=GREEDY, drafter=drafter)
         seq[n:n + a], seq[n + a] = proposals[:a], nxt
         n += a + 1
     return seq[L:min(n, L + n_new)].clone()

@@ -4,6 +4,8 @@ from __future__ import annotations
 import matplotlib
 from matplotlib.figure import Figure
 
+__all__ = ["DPI", "WIDTH", "HEIGHT", "COLORS", "RC", "new_figure"]
+
 DPI = 110  # also the dpi of `make figures`
 WIDTH, HEIGHT = 6.4, 3.6  # inches
 COLORS = {

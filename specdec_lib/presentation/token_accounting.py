@@ -11,6 +11,11 @@ from .. import accounting
 from .style import COLORS, new_figure
 from .widgets import explorer
 
+__all__ = [
+    "ALPHA", "K_MARK", "K_MAX", "BETAS", "WEIGHTS", "K_MIX", "N_MIX", "SEED_MIX", "plot_tokens_per_block",
+    "plot_survivor_curves", "accounting_explorer", "survivor_explorer", "FIGURES"
+]
+
 ALPHA, K_MARK, K_MAX = 0.8, 8, 16  # the post's headline block: alpha = 0.8, k = 8
 BETAS, WEIGHTS, K_MIX, N_MIX, SEED_MIX = (0.95, 0.45), (0.5, 0.5), 4, 200_000, 1  # the easy/hard mixture
 
@@ -52,7 +57,8 @@ def plot_tokens_per_block(*, alpha: float = ALPHA, k_max: int = K_MAX, k_mark: i
 def _default_stats(betas, weights, k, n, seed) -> accounting.SurvivorStats:
     """Survivor statistics of a seeded mixture simulation."""
     generator = torch.Generator().manual_seed(seed)
-    return accounting.survivor_statistics(accounting.simulate_mixture(betas, weights, k, n, generator=generator))
+    flags = accounting.simulate_mixture(betas, weights, k, num_samples=n, generator=generator)
+    return accounting.survivor_statistics(flags)
 
 
 def plot_survivor_curves(*, stats: accounting.SurvivorStats | None = None,

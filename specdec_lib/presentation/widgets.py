@@ -6,6 +6,8 @@ import io
 
 from matplotlib.figure import Figure
 
+__all__ = ["png_bytes", "figure_outputs", "explorer", "register_png_formatter"]
+
 
 def png_bytes(fig: Figure) -> bytes:
     """The figure as PNG bytes at its own dpi."""

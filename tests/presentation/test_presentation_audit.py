@@ -1,0 +1,101 @@
+"""Audit figures: the report bars, the power curves from the kit's own calculation, and the epsilon/beta explorer."""
+import base64
+import math
+
+import pytest
+from matplotlib.figure import Figure
+
+import specdec_lib as sd
+from specdec_lib.conformance import BETA, EPSILON, audit_verifier, battery, known_verifiers, power
+from specdec_lib.presentation import audit as views
+
+
+@pytest.fixture(scope="module")
+def reports():
+    bug = next(kv for kv in known_verifiers() if kv.name == "target_on_reject")
+    return (audit_verifier(sd.verify_blocks, convention="batched", subject="good"),
+            audit_verifier(bug.verify, convention="batched", subject="bad"))
+
+
+@pytest.mark.heavy
+def test_report_bars_are_the_measured_tvs_coloured_by_verdict(reports):
+    good, bad = reports
+    fig = views.plot_report(good, bad)
+    assert len(fig.axes) == 2
+    for ax, report in zip(fig.axes, reports):
+        widths = sorted(p.get_width() for p in ax.patches)
+        assert widths == pytest.approx(sorted(c.tv for c in report.cases))
+        red = sum(p.get_facecolor()[0] > 0.7 for p in ax.patches)  # failed cases are drawn red
+        assert red == sum(not c.passed for c in report.cases)
+        ticks = sorted(ax.collections[0].get_offsets()[:, 0].tolist())  # the thresholds, one tick per case
+        assert ticks == pytest.approx(sorted(c.threshold for c in report.cases))
+    assert "PASSED" in fig.axes[0].get_title() and "FAILED" in fig.axes[1].get_title()
+    assert not any(p.get_facecolor()[0] > 0.7 for p in fig.axes[0].patches) and red > 0
+
+
+def test_catch_probability_is_the_kits_promise_at_epsilon():
+    # at TV = the case's `detectable` the bound is exactly 1 - beta; below the threshold it promises nothing
+    for case in battery():
+        pw = power(case, cases=len(battery()))
+        assert views.catch_probability(pw.detectable, case=case.name) == pytest.approx(1 - BETA, abs=1e-9)
+        assert views.catch_probability(pw.threshold, case=case.name) == 0.0
+    p = [views.catch_probability(d / 100, case="binary_k4") for d in range(0, 101)]
+    assert p == sorted(p) and p[-1] == pytest.approx(1.0) and p[10] == 0.0  # rises from 0, never falls
+    # a looser promise (epsilon 0.3) needs fewer blocks, so the same TV is caught less surely
+    assert views.catch_probability(0.2, epsilon=0.3) < views.catch_probability(0.2) <= 1
+
+
+@pytest.mark.heavy
+def test_every_bug_sits_above_the_promise():
+    worst = views.worst_cases()
+    assert set(worst) == {kv.name for kv in known_verifiers() if not kv.exact}
+    assert all(tv > EPSILON and views.catch_probability(tv, case=case) > 1 - BETA for case, tv in worst.values())
+    assert views.bug_tvs("forbidden")["off_by_one"] == pytest.approx(0.82, abs=1e-6)
+    assert max(views.bug_tvs(c)["correct"] for c in views.CASES) < 1e-12  # the correct rule: exact on every case
+
+
+@pytest.mark.heavy
+def test_power_figure_draws_every_case_and_bug():
+    ax = views.plot_power().axes[0]
+    curves = [ln for ln in ax.get_lines() if len(ln.get_xdata()) > 2]
+    assert len(curves) == len(views.CASES)
+    dots = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+    assert len(dots) == len(views.worst_cases()) and all(ln.get_ydata()[0] > 1 - BETA for ln in dots)
+
+
+def _image(out) -> str:
+    return base64.b64decode(out.outputs[0]["data"]["image/png"]).decode()
+
+
+@pytest.mark.heavy
+def test_power_explorer_each_control_redraws(fast_png):
+    box = views.power_explorer()
+    (epsilon, beta), out = box.children[0].children, box.children[-1]
+    assert (epsilon.value, beta.value) == (EPSILON, BETA)
+    seen = [(_image(out), out.outputs[1]["text"])]
+    assert "20888 in all" in seen[0][1]
+    for control, value in ((epsilon, 0.3), (beta, 1e-6)):
+        control.value = value
+        seen.append((_image(out), out.outputs[1]["text"]))
+        assert seen[-1][0] != seen[-2][0] and seen[-1][1] != seen[-2][1]
+    n_all = int(seen[1][1].split(" in all")[0].split()[-1])
+    assert n_all < 20888 / 3  # epsilon doubled: about a quarter of the blocks (n scales as 1 / epsilon^2)
+
+
+@pytest.mark.heavy
+def test_bad_input_raises(reports):
+    with pytest.raises(ValueError, match="case must be one of 'post_pair'"):
+        views.catch_probability(0.2, case="nope")
+    with pytest.raises(ValueError, match="tv must"):
+        views.catch_probability(1.5)
+    with pytest.raises(TypeError, match="conformance Reports"):
+        views.plot_report()
+    with pytest.raises(TypeError, match="conformance Reports"):
+        views.plot_report("report")
+    assert not math.isnan(views.catch_probability(0.0))
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", sorted(views.FIGURES))
+def test_figures_build(name):
+    assert name.startswith("audit_") and isinstance(views.FIGURES[name](), Figure)

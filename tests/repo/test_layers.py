@@ -1,0 +1,167 @@
+"""The package's layers, read off its import statements: imports only go down, and no private name crosses a module.
+
+core (specdec_lib/*.py) imports nothing else of the package; markov/ and lab/ import core and themselves,
+never each other; presentation/ and exercises/ sit on top, and only notebooks and tools import them;
+conformance/ (the kit) imports core and markov, and only presentation/ imports it: presentation sits above the
+kit, whose reports it draws (the facade specdec_lib/__init__.py re-exports core, markov and lab, never presentation,
+exercises or conformance).
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "specdec_lib"
+MODULES = sorted(p for p in PKG.rglob("*.py"))
+ALLOWED = {  # layer -> the layers it may import
+    "facade": {"core", "markov", "lab"},
+    "core": {"core"},
+    "markov": {"core", "markov"},
+    "lab": {"core", "lab"},
+    "presentation": {"core", "markov", "lab", "presentation", "conformance"},
+    "exercises": {"core", "markov", "exercises"},
+    "conformance": {"core", "markov", "conformance"},
+}
+
+
+SUBPACKAGES = ("markov", "lab", "presentation", "exercises", "conformance")
+
+
+def layer(module: str) -> str:
+    """'specdec_lib.markov.chain' -> 'markov'; a top-level module is core; the package itself is the facade."""
+    parts = module.split(".")
+    if parts == ["specdec_lib"]:
+        return "facade"
+    return parts[1] if parts[1] in SUBPACKAGES else "core"
+
+
+def module_name(path: Path, root: Path = PKG) -> str:
+    """specdec_lib/markov/chain.py -> 'specdec_lib.markov.chain' (root is the package folder)."""
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_imports(path: Path, root: Path = PKG) -> list[tuple[str, list[str]]]:
+    """(imported specdec_lib module, names) for every import statement of the file, relative ones resolved."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] == "specdec_lib":
+                names = [a.name for a in node.names]
+                if node.module is None:  # from . import x: x is a module
+                    out += [(f"{target}.{n}", []) for n in names]
+                else:
+                    out.append((target, names))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names if a.name.split(".")[0] == "specdec_lib"]
+    return out
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_imports_only_go_down(path):
+    me = layer(module_name(path))
+    for target, _ in package_imports(path):
+        assert layer(target) in ALLOWED[me], f"{module_name(path)} ({me}) imports {target} ({layer(target)})"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_no_private_name_crosses_a_module(path):
+    for target, names in package_imports(path):
+        private = [n for n in names if n.startswith("_")]
+        assert not private, f"{module_name(path)} imports private {private} from {target}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_modules_stay_under_300_lines(path):
+    assert len(path.read_text().splitlines()) < 300
+
+
+def test_layers_are_folders():
+    assert {p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(SUBPACKAGES)
+    assert layer("specdec_lib.sampling") == "core" and layer("specdec_lib.markov.chain") == "markov"
+    assert layer("specdec_lib") == "facade" and layer("specdec_lib.lab") == "lab"
+
+
+def test_the_checker_sees_a_violation(tmp_path):
+    # negative control: a core module that imports the Markov testbed, and a private import
+    bad = tmp_path / "specdec_lib" / "cost_bad.py"
+    bad.parent.mkdir()
+    bad.write_text("from .markov.chain import reference_chain\nfrom .accounting import _hidden\n")
+    imports = package_imports(bad, root=bad.parent)
+    assert [layer(t) for t, _ in imports] == ["markov", "core"]
+    assert "markov" not in ALLOWED["core"] and imports[1][1] == ["_hidden"]
+
+
+def _module_paths(root: Path = PKG) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def import_graph(root: Path = PKG) -> dict[str, set[str]]:
+    """module -> the package modules it imports anywhere in its text (function-level imports count too);
+    `from pkg import name` points at pkg.name when that is a module, else at pkg itself."""
+    paths = _module_paths(root)
+    graph = {}
+    for name, path in paths.items():
+        edges = set()
+        for target, names in package_imports(path, root):
+            subs = [f"{target}.{n}" for n in names if f"{target}.{n}" in paths]
+            edges |= set(subs) if subs and len(subs) == len(names) else {target}
+        graph[name] = {t for t in edges if t in paths and t != name}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_two_modules_import_each_other():
+    assert import_cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_sees_a_circle(tmp_path):
+    # negative control: a imports b at the top, b imports a inside a function (a lazy import is still a circle)
+    pkg = tmp_path / "specdec_lib"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from .b import g\n")
+    (pkg / "b.py").write_text("def g():\n    from .a import f\n    return f\n")
+    (pkg / "c.py").write_text("from . import a\n")
+    assert import_cycles(import_graph(pkg)) == [["specdec_lib.a", "specdec_lib.b"]]
