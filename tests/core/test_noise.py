@@ -35,7 +35,7 @@ def test_scaling_and_validation():
     p = torch.full((4,), 0.25)
     assert tv_noise_bound(p, 400) == pytest.approx(2 * tv_noise_bound(p, 1600))
     assert rate_noise(0.5, 100) == pytest.approx(0.05)
-    with pytest.raises(ValueError, match="n must be >= 1"):
+    with pytest.raises(ValueError, match="num_samples must be >= 1"):
         tv_noise_bound(p, 0)
     with pytest.raises(ValueError, match="delta must lie in"):
         tv_noise_bound(p, 10, delta=0.0)
@@ -48,9 +48,9 @@ def test_scaling_and_validation():
 def test_mean_bound_validation():
     p = torch.full((4,), 0.25)
     assert tv_noise_mean(p, 100) == pytest.approx(0.5 * 4 * (0.25 * 0.75 / 100) ** 0.5)  # valid input: unchanged
-    with pytest.raises(ValueError, match="n must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="num_samples must be >= 1, got 0"):
         tv_noise_mean(p, 0)  # used to return inf
-    with pytest.raises(TypeError, match="n must be an integer"):
+    with pytest.raises(TypeError, match="num_samples must be an integer"):
         tv_noise_mean(p, 10.0)
     with pytest.raises(ValueError, match="exact must sum to 1"):
         tv_noise_mean(p * 2, 10)
