@@ -165,3 +165,37 @@ def test_the_cycle_finder_sees_a_circle(tmp_path):
     (pkg / "b.py").write_text("def g():\n    from .a import f\n    return f\n")
     (pkg / "c.py").write_text("from . import a\n")
     assert import_cycles(import_graph(pkg)) == [["specdec_lib.a", "specdec_lib.b"]]
+
+
+def test_the_facade_holds_at_most_60_names_and_nothing_else():
+    # the nouns and verbs of the Acts on sd; everything else under sd.markov, sd.lab, sd.conformance, ...
+    import types
+
+    import specdec_lib as sd
+
+    assert len(sd.__all__) <= 60 and len(set(sd.__all__)) == len(sd.__all__)
+    assert all(hasattr(sd, name) for name in sd.__all__)
+    public = {n for n, v in vars(sd).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
+    assert public == set(sd.__all__), sorted(public ^ set(sd.__all__))
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.name not in ("__main__.py",)], ids=lambda p: module_name(p))
+def test_every_module_says_what_it_exports(path):
+    tree = ast.parse(path.read_text())
+    listed = [node for node in tree.body if isinstance(node, ast.Assign)
+              and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)]
+    assert listed, f"{module_name(path)} has no __all__"
+    names = ast.literal_eval(listed[0].value)
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
+    for n in tree.body:  # names bound at the top: a = ..., a: T = ..., a, b = ...
+        if isinstance(n, (ast.Assign, ast.AnnAssign)):
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                defined |= {x.id for x in ast.walk(t) if isinstance(x, ast.Name)}
+    defined |= {a.asname or a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    missing = [n for n in names if n not in defined]
+    assert not missing or path.name == "__init__.py" and _lazy(tree), f"{module_name(path)}: __all__ lists {missing}"
+
+
+def _lazy(tree: ast.Module) -> bool:
+    """True when a package's __init__ resolves names on first use (a module-level __getattr__)."""
+    return any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)

@@ -161,13 +161,13 @@ def docstrings() -> list[tuple[str, str]]:
 
 
 def prose_pages() -> list[tuple[str, str]]:
-    """(where, text) for every notebook markdown cell, README.md and docs/*.md."""
+    """(where, text) for every notebook markdown cell, README.md, DEVELOPING.md and docs/*.md."""
     out = []
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         out += [(f"{path.name} cell {i}", "".join(c["source"])) for i, c in enumerate(cells)
                 if c["cell_type"] == "markdown"]
-    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    for path in [ROOT / "README.md", ROOT / "DEVELOPING.md", *sorted((ROOT / "docs").glob("*.md"))]:
         out.append((path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")))
     return out
 
