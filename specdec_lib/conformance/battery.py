@@ -95,9 +95,10 @@ def battery() -> list[Case]:
 
 @dataclass(frozen=True)
 class Power:
-    """A case's sample size n, its false-failure threshold and the smallest TV caught with probability 1 - beta."""
+    """A case's sample size n = num_blocks, its false-failure threshold and the smallest TV caught with probability
+    1 - beta."""
 
-    n: int
+    num_blocks: int
     threshold: float  # tau(n) = sd.tv_noise_bound(pi, n, delta / cases)
     floor: float  # 1/2 sum sqrt(pi (1 - pi) / n): the expected TV of a correct verifier is below it
     detectable: float  # epsilon(n): any verifier at least this far off is caught with probability >= 1 - beta
@@ -107,8 +108,8 @@ class Power:
 
         m = tau(n) + sqrt(M - 1) / (2 sqrt n), the detectable TV less its beta term; at tv = detectable it is 1 - beta.
         """
-        margin = self.detectable - math.sqrt(math.log(1 / beta) / (2 * self.n))
-        return 1.0 - math.exp(-2 * self.n * (tv - margin) ** 2) if tv > margin else 0.0
+        margin = self.detectable - math.sqrt(math.log(1 / beta) / (2 * self.num_blocks))
+        return 1.0 - math.exp(-2 * self.num_blocks * (tv - margin) ** 2) if tv > margin else 0.0
 
 
 def power(case: Case, *, num_blocks: int | None = None, cases: int, promise: Promise = PROMISE) -> Power:
@@ -126,4 +127,4 @@ def power(case: Case, *, num_blocks: int | None = None, cases: int, promise: Pro
     c = tv_noise_bound(pi, 1, delta / cases) + 0.5 * math.sqrt(M - 1) + math.sqrt(math.log(1 / beta) / 2)
     n = math.ceil((c / eps) ** 2) if n is None else n
     floor = 0.5 * torch.sqrt(pi * (1 - pi) / n).sum().item()
-    return Power(n=n, threshold=tv_noise_bound(pi, n, delta / cases), floor=floor, detectable=c / math.sqrt(n))
+    return Power(num_blocks=n, threshold=tv_noise_bound(pi, n, delta / cases), floor=floor, detectable=c / math.sqrt(n))

@@ -91,13 +91,13 @@ def audit_verifier(fn: Callable, *, convention: str = "probs", seed: int = 0, nu
     totals = dict.fromkeys(laws[0][2], 0.0)  # known verifier -> summed TV to the empirical laws
     for case, exact, known in laws:
         pw = power(case, num_blocks=num_blocks, cases=len(laws), promise=promise)
-        emp, outside, violations = committed_law(case, *_run(verify, case, pw.n, generator))
+        emp, outside, violations = committed_law(case, *_run(verify, case, pw.num_blocks, generator))
         dist = {name: _tv(emp, law, outside) for name, law in known.items()}
         for name, d in dist.items():
             totals[name] += d
         nearest = _nearest(dist)
-        results.append(CaseResult(case.name, case.k, case.V, pw.n, _tv(emp, exact, outside), pw.threshold, pw.floor,
-                                  pw.detectable, violations, nearest, dist[nearest]))
+        results.append(CaseResult(case.name, case.k, case.V, pw.num_blocks, _tv(emp, exact, outside), pw.threshold,
+                                  pw.floor, pw.detectable, violations, nearest, dist[nearest]))
     wrong = {kv.name: kv for kv in known_verifiers() if not kv.exact}
     best = _nearest(totals)
     diagnosis = "" if all(c.passed for c in results) else f"{best}: {wrong[best].description} ({wrong[best].reference})"

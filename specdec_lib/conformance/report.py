@@ -10,12 +10,13 @@ __all__ = ["CaseResult", "VerifierReport", "DrafterReport"]
 
 @dataclass(frozen=True)
 class CaseResult:
-    """One case of the battery, checked: n blocks, their completed law's TV from the target's, and the verdict."""
+    """One case of the battery, checked: n = num_blocks blocks, their completed law's TV from the target's, and the
+    verdict."""
 
     name: str
     k: int
     V: int
-    n: int
+    num_blocks: int
     tv: float  # TV(empirical completed law, p_1 x ... x p_{k+1}), mass outside the vocabulary included
     threshold: float  # sd.tv_noise_bound of the target law at n, delta / cases
     floor: float  # the noise floor 1/2 sum sqrt(pi (1 - pi) / n)
@@ -59,7 +60,8 @@ class VerifierReport:
             note = "" if c.passed else f"{c.nearest} (TV {c.nearest_tv:.3f})"
             if c.violations:
                 note += f"; {c.violations} blocks broke the output contract"
-            row = f"{c.name:18s} {c.k:2d} {c.V:2d} {c.n:6d} {c.tv:7.3f} {c.threshold:9.3f}  {verdict:6s}  {note}"
+            size = f"{c.name:18s} {c.k:2d} {c.V:2d} {c.num_blocks:6d}"
+            row = f"{size} {c.tv:7.3f} {c.threshold:9.3f}  {verdict:6s}  {note}"
             lines.append(row.rstrip())
         failed = sum(not c.passed for c in self.cases)
         if failed:
@@ -74,7 +76,7 @@ class DrafterReport:
     """The q contract over the kit's draft rows: the worst row's TV between what was sampled and the q reported."""
 
     subject: str
-    n: int
+    num_samples: int  # draws per draft row
     tv: float
     threshold: float
     row: int  # the logits row with the largest TV - threshold
@@ -88,5 +90,5 @@ class DrafterReport:
 
     def __str__(self) -> str:
         verdict = "PASSED" if self.passed else "FAILED: the q it reports is not the distribution it sampled"
-        return (f"q contract of {self.subject}: {self.n} draws per draft row; worst row {self.row}: "
+        return (f"q contract of {self.subject}: {self.num_samples} draws per draft row; worst row {self.row}: "
                 f"TV {self.tv:.3f} against threshold {self.threshold:.3f}\n{verdict}")

@@ -24,7 +24,7 @@ from .draft_rules import ngram_proposals
 from .registry import make_decoder
 from .spec import Decoder
 
-__all__ = ["Laws", "FrontierKey", "WalkStats", "RoundWalk", "walk_law", "decoder_walk", "decoder_law"]
+__all__ = ["Laws", "FrontierKey", "WalkStats", "RoundWalk", "ExactWalk", "walk_law", "decoder_walk", "decoder_law"]
 
 
 def _rows(table: torch.Tensor) -> torch.Tensor:
@@ -196,7 +196,15 @@ class RoundWalk:
                 self.settle(base + (z,), tail, mass * w, k_next)
 
 
-def walk_law(laws: Laws) -> tuple[torch.Tensor, WalkStats]:
+@dataclass(frozen=True)
+class ExactWalk:
+    """What walking every outcome gives: the exact law (V,) * horizon and the expected round counts."""
+
+    law: torch.Tensor
+    stats: WalkStats
+
+
+def walk_law(laws: Laws) -> ExactWalk:
     """Exact output distribution (V,) * horizon of the decoder whose tables are `laws`, and its round counts."""
     dec = laws.dec
     out = torch.zeros((dec.target.shape[0],) * dec.horizon, dtype=torch.float64)
@@ -204,18 +212,17 @@ def walk_law(laws: Laws) -> tuple[torch.Tensor, WalkStats]:
     for length in range(dec.horizon):  # rounds only lengthen the prefix, so one sweep by length suffices
         for key in [key for key in frontier if len(key.seq) == length]:
             RoundWalk(laws, key, out, frontier, stats).run(frontier.pop(key))
-    return out, stats
+    return ExactWalk(law=out, stats=stats)
 
 
-def decoder_walk(dec: Decoder) -> tuple[torch.Tensor, WalkStats]:
+def decoder_walk(dec: Decoder) -> ExactWalk:
     """walk_law for a validated Decoder: tables in float64, rows renormalised."""
     return walk_law(Laws.of(dec))
 
 
 def decoder_law(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int,  # noqa: PLR0913 (the Markov engines' one shared signature)
-                               mode: str = "correct", Q_bad: torch.Tensor | None = None,
-                               temperature: float = 1.0, top_k: int | None = None,
-                               top_p: float | None = None, options: dict | None = None) -> torch.Tensor:
+                mode: str = "correct", Q_bad: torch.Tensor | None = None, temperature: float = 1.0,
+                top_k: int | None = None, top_p: float | None = None, options: dict | None = None) -> torch.Tensor:
     """The decoder's exact output distribution over all V^horizon sequences, shape (V,) * horizon, in float64.
 
     Tables are taken in float64 with rows renormalised, exactly as sequence_law takes P; the
@@ -223,4 +230,4 @@ def decoder_law(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k
     """
     dec = make_decoder(P, Q, start=start, horizon=horizon, k=k, mode=mode, Q_bad=Q_bad, temperature=temperature,
                        top_k=top_k, top_p=top_p, options=options)
-    return decoder_walk(dec)[0]
+    return decoder_walk(dec).law

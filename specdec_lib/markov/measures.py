@@ -70,7 +70,8 @@ def decoder_stats(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int,
     """The exact DecoderStats of a registered decoder (same arguments as decoder_law)."""
     dec = make_decoder(P, Q, start=start, horizon=horizon, k=k, mode=mode, Q_bad=Q_bad, temperature=temperature,
                        top_k=top_k, top_p=top_p, options=options)
-    law, stats = decoder_walk(dec)
+    walk = decoder_walk(dec)
+    law, stats = walk.law, walk.stats
     target = policy_table(P, temperature=temperature, top_k=top_k, top_p=top_p)
     want = sequence_law(MODES[mode].target(target), start=dec.start, horizon=dec.horizon)
     return DecoderStats(mode=mode, k=dec.k, horizon=dec.horizon, tv=0.5 * (law - want).abs().sum().item(),

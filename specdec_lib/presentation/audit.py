@@ -117,8 +117,9 @@ def plot_power(*, epsilon: float = EPSILON, beta: float = BETA, delta: float = D
 def power_text(*, epsilon: float = EPSILON, beta: float = BETA) -> str:
     """One line: the blocks per case and in all at this epsilon and beta, and the thresholds' range."""
     pw = [power(c, cases=len(CASES), promise=Promise(epsilon, beta)) for c in battery()]
-    return (f"epsilon {epsilon:.2f}, beta {beta:g}: {min(p.n for p in pw)} to {max(p.n for p in pw)} blocks per case, "
-            f"{sum(p.n for p in pw)} in all; thresholds {min(p.threshold for p in pw):.3f} to "
+    sizes = [p.num_blocks for p in pw]
+    return (f"epsilon {epsilon:.2f}, beta {beta:g}: {min(sizes)} to {max(sizes)} blocks per case, "
+            f"{sum(sizes)} in all; thresholds {min(p.threshold for p in pw):.3f} to "
             f"{max(p.threshold for p in pw):.3f}")
 
 
