@@ -148,6 +148,7 @@ def run_round(spec: DecoderSpec, t: Tables, s, d0, k: int, u, k_row=None, lookup
     last_prop = s  # the last proposal a row drafted: the bonus row after a full block
     rejected_row = torch.zeros_like(s)  # the row of fix a rejection draws from
     u_fix = u[2 * k]
+    reused = sem.fix_uniform(spec, True, False)  # does the residual draw read the rejected test's uniform?
     sample_at = torch.zeros_like(s)  # match acceptance: the target's own sample at the first mismatch
     for j, y in enumerate(props):
         active = j < count  # (m,) the row drafted proposal j
@@ -167,8 +168,10 @@ def run_round(spec: DecoderSpec, t: Tables, s, d0, k: int, u, k_row=None, lookup
             sample_at = torch.where(rejected, sample, sample_at)
         # the coin peeker stops before y instead: the target's bonus row at the committed state
         rejected_row = torch.where(rejected, V ** 3 + committed if spec.stop == "coin" else index, rejected_row)
-        # the uniform the residual draw reads (reused: the rejected slot's acceptance uniform, U(a, 1): wrong)
-        u_fix = torch.where(rejected, sem.fix_uniform(spec, u[k + j], u[2 * k]), u_fix)
+        # the uniform the residual draw reads (reused: the rejected slot's acceptance uniform, U(a, 1): wrong);
+        # a fresh one is u[2k] whatever slot rejects, so only a reused one needs a gather per slot
+        if reused:
+            u_fix = torch.where(rejected, sem.fix_uniform(spec, u[k + j], u[2 * k]), u_fix)
         alive &= ok | ~active
         accepted += alive & active
         last_prop = torch.where(active, y, last_prop)

@@ -218,12 +218,12 @@ def _hf(spec, k, full):
     return min(k + 2, spec.k_max) if full else max(k - 1, spec.k_min)
 
 
-SCHEDULES = {  # (spec, k, the block was full) -> next k; ints or tensors
-    "fixed": lambda spec, k, full: k,
-    "hf": _hf,
+SCHEDULES = {  # (spec, k, accepted, drafted) -> next k; ints or tensors (a fixed k compares nothing)
+    "fixed": lambda spec, k, accepted, drafted: k,
+    "hf": lambda spec, k, accepted, drafted: _hf(spec, k, accepted == drafted),
 }
 
 
 def next_k(spec, k, *, accepted, drafted):
     """The next round's k: unchanged for a fixed schedule; transformers' heuristic within [k_min, k_max]."""
-    return SCHEDULES[spec.schedule](spec, k, accepted == drafted)
+    return SCHEDULES[spec.schedule](spec, k, accepted, drafted)
