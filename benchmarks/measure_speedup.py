@@ -10,6 +10,9 @@ relative error, O(k) and the acceptance by position. Then the batch regime: one 
 B x (k+1) positions for B = 1, 2, 4, ..., 32, c_v(k; B) fitted by a line, and the best k per B for the
 best draft's alpha and c_d. On CUDA every clock read follows a synchronisation. It ends with five lines a
 script can read (final_lines). The machine's load average is printed, as load moves every number.
+Each neural draft (--block-drafts) also decodes every pair with block verification (Sun et al., ICLR 2025),
+beside the token rule: its E[N] and measured speedup against the same plain runs. A one-hot draft (the table,
+prompt lookup) is not run twice: with a one-hot draft block verification is the token rule (the same law).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from specdec_lib.accounting import alpha_from_tokens
 from specdec_lib.lab.batch_cost import BatchCost, batch_cost
 
 DRAFTS = ("draft", "draft_deep", "table", "lookup")
+NEURAL = ("draft", "draft_deep")  # the drafts whose q is not one-hot: where block verification can differ
 
 
 def make_drafter(name: str, device: str):
@@ -65,6 +69,19 @@ def final_lines(tables: list[sd.lab.SpeedupTable], batch: BatchCost) -> list[str
             batch.best_k_line()]
 
 
+def block_lines(tables: list[sd.lab.SpeedupTable]) -> list[str]:
+    """Per draft run beside block verification: E[N] and measured S, token rule -> block, at every k."""
+    lines = []
+    for t in tables:
+        if not t.beside and t.draft not in NEURAL:
+            lines.append(f"block verification, {t.draft}: a one-hot draft, where it is the token rule (not run twice)")
+        for run in t.beside:
+            cells = [f"k={k}: E[N] {t.e_n[i]:.3f} -> {run.e_n[i]:.3f} ({run.e_n[i] / t.e_n[i] - 1:+.1%}), "
+                     f"S {t.measured[i]:.3f} -> {run.measured[i]:.3f}" for i, k in enumerate(t.ks)]
+            lines.append(f"{run.verifier} verification, {t.draft} (token rule -> {run.verifier}): " + "; ".join(cells))
+    return lines
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
@@ -90,10 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="also write every table's fields as JSON")
+    parser.add_argument("--block-drafts", default=",".join(NEURAL),
+                        help=f"drafts also decoded with block verification, from {', '.join(NEURAL)} ('' for none)")
     args = parser.parse_args(argv)
     names = [n for n in args.drafts.split(",") if n]
     if not names or set(names) - set(DRAFTS):
         parser.error(f"--drafts must name some of {', '.join(DRAFTS)}, got {args.drafts!r}")
+    block_drafts = [n for n in args.block_drafts.split(",") if n]
+    if set(block_drafts) - set(NEURAL):
+        parser.error(f"--block-drafts must name some of {', '.join(NEURAL)}, got {args.block_drafts!r}")
     torch.set_num_threads(args.threads)
     target, _ = sd.lab.load_pair(args.device)
     prompts = [p.to(args.device) for p in sd.lab.corpus_prompts(args.prompts, args.prompt_len, seed=0)]
@@ -111,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                               sd.lab.NeuralDraft) else "no network"
         with tqdm(total=args.repeats * len(prompts) * len(args.ks), unit="pair",
                   desc=f"timing draft {name}: terms, then plain vs speculative") as bar:
-            plan = sd.lab.measure.MeasurePlan(n_new=args.n_new, repeats=args.repeats, reps=args.reps)
+            plan = sd.lab.measure.MeasurePlan(n_new=args.n_new, repeats=args.repeats, reps=args.reps,
+                                              beside=("block",) if name in block_drafts else ())
             table = sd.lab.measure_speedup(target, drafter, prompts, args.ks, plan=plan, temperature=args.temperature,
                                        top_k=args.top_k, on_pair=bar.update)
         tables.append(table)
@@ -128,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps({"tables": [dataclasses.asdict(t) for t in tables],
                                          "batch": dataclasses.asdict(batch)}, indent=1))
+    print("\n".join(block_lines(tables)))
     print("\n".join(final_lines(tables, batch)))
     return 0
 

@@ -10,6 +10,7 @@ core (this folder, torch only)   _checks, sampling, policy, noise, verification,
   Act III  accounting             tokens retired per block; survivor statistics; the Bayes curve
   Act IV   cost, telemetry        the speedup equation and best k; what to log
   Act V    multidraft             many drafts at one position: every rule's exact law and sampler
+  Act VI   block_verification     the k drafts judged together: block verification and its known wrong port
 markov/  (imports core)           Act II's testbed: the chain, the decoder spec and registry, the reference
                                   decoder, the batched decoder, the exact engine; Act V's draft trees
 lab/     (imports core)           a causal transformer with a croppable KV cache, the alignment test, a trained
@@ -24,6 +25,7 @@ from . import lab, markov
 from .accounting import (BayesCurve, SurvivorStats, bayes_conditional_acceptance, expected_accepted,
                          expected_tokens, full_block_probability, reach_probabilities, simulate_blocks,
                          simulate_mixture, survivor_statistics)
+from .block_verification import block_weights, tau_law
 from .cost import BestK, best_k, speedup, speedup_grid
 from .markov.adaptive import policy_speedup
 from .markov.batched import decode_markov
@@ -63,6 +65,8 @@ __all__ = [
     "emitted_until_eos",
     # Act V: many drafts, trees, bending the rules
     "multidraft_law", "sample_multidraft", "tree_law", "decoder_stats", "policy_speedup",
+    # Act VI: the best exact verifier
+    "block_weights", "tau_law",
 ]
 _LAYERS = (lab, markov)  # sd.lab and sd.markov are attributes of the facade
 

@@ -1,8 +1,9 @@
 """Act V: many drafts at one position. Every registered rule, its exact output law and its sampler.
 
 A rule draws num_drafts drafts from q and tests them against the target p. The exact ones (SpecInfer's multi-step
-speculative sampling, recursive rejection sampling without replacement, and the two forms of EAGLE-2 / SGLang
-one-hot verification) emit exactly p; the wrong ones are mistakes a careful reader could make, each with its story.
+speculative sampling, recursive rejection sampling without replacement, the two forms of EAGLE-2 / SGLang one-hot
+verification, SpecTr's K-SEQ and SpecHub) emit exactly p; the wrong ones are mistakes a careful reader could make, or
+a public code's departure from its own rule, each with its story.
 `multidraft_law` computes the emitted token's law with no sampling, by enumerating the drafts' outcomes.
 """
 from __future__ import annotations
@@ -12,28 +13,53 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import check_choice, check_generator, check_int, check_pair
-from .multidraft_rules import Stages, StepLaw, Walk, count_outcomes, step_law, step_sample
+from .multidraft_draws import MAX_DRAFTS
+from .multidraft_rules import Hub, KSeq, Stages, StepLaw, Verifier, Walk, count_outcomes, step_law, step_sample
 
-__all__ = ["MAX_TABLE", "CHUNK", "MultiDraftRule", "RULES", "multidraft_rules", "multidraft_law",
+__all__ = ["MAX_TABLE", "CHUNK", "CHAPTERS", "MultiDraftRule", "RULES", "multidraft_rules", "multidraft_law",
            "multidraft_accept_probability", "acceptance_table", "sample_multidraft"]
 
 MAX_TABLE = 4_000_000  # the exact law holds (draft tuples) x (vocabulary) numbers at most
 CHUNK = 1 << 22  # the sampler holds at most about this many numbers per row block
 
 
+CHAPTERS = ("many drafts", "optimal verification")  # Act V (notebook 06) | Act VI (notebook 08)
+ACT6 = CHAPTERS[1]
+
+
 @dataclass(frozen=True)
 class MultiDraftRule:
-    """A registered rule: name, one-line description, where it comes from, exact or not, and how it drafts and tests."""
+    """A registered rule: name, one-line description, where it comes from, exact or not, how it drafts and tests, and
+    the chapter that tells it."""
 
     name: str
     description: str
     reference: str
     exact: bool
-    verifier: Stages | Walk
+    verifier: Verifier
+    chapter: str = "many drafts"
+
+    def __post_init__(self) -> None:
+        check_choice("chapter", self.chapter, CHAPTERS)
+
+    @property
+    def max_drafts(self) -> int | None:
+        """The most drafts the rule's scheme draws (SpecHub's pair: 2), None when any number works."""
+        return MAX_DRAFTS.get(self.verifier.draws)
+
+    @property
+    def nested(self) -> bool:
+        """True when stage i reads drafts 1..i only, whatever num_drafts is (what a tree of any shape needs)."""
+        return not isinstance(self.verifier, (KSeq, Hub))
 
 
 _EAGLE1 = "SafeAILab/EAGLE model/utils.py evaluate_posterior @38d5327fc33af3bed46914fce5b88932fcaa9a26"
 _EAGLE2 = "SafeAILab/EAGLE eagle/model/utils.py evaluate_posterior @8009b6d89d725ff8322728390f049c0f1fd7e04b"
+_SPECTR = ("Sun, Suresh, Ro, Beirami, Jain, Yu, SpecTr (NeurIPS 2023, arXiv 2310.15141), K-SEQ: rho solves "
+           "1 - (1 - beta(rho))^n = rho beta(rho), beta(rho) = sum min(q, p / rho)")
+_SPECHUB = ("Sun, Zhou, Chen, Sun, SpecHub (EMNLP 2024, arXiv 2411.05289): MasterGodzilla/Speculative_decoding_OT "
+            "EAGLE/eagle/model/cnets.py sample and EAGLE/eagle/model/utils.py evaluate_posterior, mode 'spechub' "
+            "@7d592b70e954bb1fb48516a5628f9c3439645464")
 _SGLANG = ("sgl-project/sglang sgl-kernel/csrc/speculative/speculative_sampling.cuh "
            "TreeSpeculativeSamplingTargetOnly @120affb9613cc3f5bcd055ec09c7621d3ced0ebc")
 
@@ -46,7 +72,7 @@ _RULES = [
                    + " (the node rule: the residual subtracts q with the earlier siblings, b_indices, masked and "
                    "renormalised; the tree walk around it is modelled at three commits of main in markov/tree_bugs); "
                    "SafeAILab/EAGLE #74 (the drafts' q is renormalised: they are drawn without replacement)", True,
-                   Stages("without", ratio="q_i", residual="q_i")),
+                   Stages("without_replacement", ratio="q_i", residual="q_i")),
     MultiDraftRule("onehot_sequential", "q's top-n tokens as point masses; keep x_i with p_i(x_i), else drop it from p",
                    "EAGLE-2 (arXiv 2406.16858): " + _EAGLE2 + " (qx = 1.0; gtp[xi] = 0 and renormalise after a "
                    "rejection); SafeAILab/EAGLE #93, #183", True, Stages("top", ratio="onehot", residual="onehot")),
@@ -61,21 +87,30 @@ _RULES = [
     MultiDraftRule("rrs_residual_next_q", "rrs, but the rejected draft is removed from q before the residual is taken",
                    "constructed (an ordering mistake a careful reader could make); " + _EAGLE1 + " masks only the "
                    "earlier siblings (b_indices[j][i]) before `gtp = gtp - q`", False,
-                   Stages("without", ratio="q_i", residual="q_next")),
+                   Stages("without_replacement", ratio="q_i", residual="q_next")),
     MultiDraftRule("rrs_original_q", "drafts without replacement, but divided by and subtracted as the original q",
                    "constructed: the question of SafeAILab/EAGLE #74 (top-k drafts with the unadjusted softmax q); "
                    "the maintainer's answer: the actual distribution each draft is drawn from is needed", False,
-                   Stages("without", ratio="q", residual="q")),
+                   Stages("without_replacement", ratio="q", residual="q")),
     MultiDraftRule("accept_first_pass", "n i.i.d. drafts each judged against the original p; first pass kept, "
                    "else one residual norm([p - q]_+)", "constructed (a mistake a careful reader could make)", False,
                    Stages("iid", ratio="q", residual="none", final="first_residual")),
+    MultiDraftRule("kseq", "n i.i.d. drafts; keep x_i with min(1, p/(rho q)), the same p at every test; all rejected: "
+                   "norm(p - c min(q, p/rho))", _SPECTR, True, KSeq(), ACT6),
+    MultiDraftRule("spechub", "two drafts, the hub pair (x, a) or (a, x) around a = argmax q; the docstring's coupling "
+                   "of pairs to tokens", _SPECHUB + " (the docstring's rule)", True, Hub(), ACT6),
+    MultiDraftRule("spechub_code", "spechub as its code runs: the hub is kept outright when p(a) > 1 - 1e-3",
+                   _SPECHUB + " (`if gtp[a] > 1- 1e-3`: 'directly accept a', a line its docstring does not have)",
+                   False, Hub(shortcut=1e-3), ACT6),
 ]
 RULES: dict[str, MultiDraftRule] = {r.name: r for r in _RULES}
 
 
-def multidraft_rules() -> list[MultiDraftRule]:
-    """Every registered multi-draft rule, the exact ones first."""
-    return list(_RULES)
+def multidraft_rules(chapter: str | None = "many drafts") -> list[MultiDraftRule]:
+    """The registered multi-draft rules of one chapter (None: every chapter, in course order), the exact ones first."""
+    if chapter is not None:
+        check_choice("chapter", chapter, CHAPTERS)
+    return [r for r in _RULES if chapter is None or r.chapter == chapter]
 
 
 def _check(p, q, num_drafts, rule) -> tuple[torch.Tensor, torch.Tensor, int, MultiDraftRule]:
@@ -83,8 +118,12 @@ def _check(p, q, num_drafts, rule) -> tuple[torch.Tensor, torch.Tensor, int, Mul
     p, q = check_pair(p, q)
     num_drafts = check_int("num_drafts", num_drafts, minimum=1)
     check_choice("rule", rule, tuple(RULES))
+    r = RULES[rule]
+    if r.max_drafts is not None and num_drafts > r.max_drafts:
+        raise ValueError(f"rule {rule!r} draws at most {r.max_drafts} drafts (its scheme {r.verifier.draws!r}), "
+                         f"got num_drafts = {num_drafts}")
     p, q = p.double(), q.double()
-    return p / p.sum(), q / q.sum(), num_drafts, RULES[rule]
+    return p / p.sum(), q / q.sum(), num_drafts, r
 
 
 def _exact(p, q, num_drafts, rule) -> StepLaw:
@@ -108,11 +147,14 @@ def multidraft_accept_probability(p: torch.Tensor, q: torch.Tensor, *, num_draft
     return _exact(p, q, num_drafts, rule).accept
 
 
-def acceptance_table(p: torch.Tensor, q: torch.Tensor, *, max_drafts: int = 5) -> dict[str, list[float]]:
-    """{rule: [P(a draft kept) for num_drafts = 1..max_drafts]} for every registered rule, exactly."""
+def acceptance_table(p: torch.Tensor, q: torch.Tensor, *, max_drafts: int = 5,
+                     chapter: str | None = "many drafts") -> dict[str, list[float]]:
+    """{rule: [P(a draft kept) for num_drafts = 1..max_drafts]} for the rules of a chapter (None: all), exactly; a
+    rule's row stops at its own max_drafts."""
     max_drafts = check_int("max_drafts", max_drafts, minimum=1)
-    return {r: [multidraft_accept_probability(p, q, num_drafts=n, rule=r) for n in range(1, max_drafts + 1)]
-            for r in RULES}
+    return {r.name: [multidraft_accept_probability(p, q, num_drafts=n, rule=r.name)
+                     for n in range(1, min(max_drafts, r.max_drafts or max_drafts) + 1)]
+            for r in multidraft_rules(chapter)}
 
 
 def sample_multidraft(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, num_samples: int, rule: str,

@@ -1,9 +1,10 @@
-"""Many drafts at one position, the mechanics: how drafts are drawn, how a verifier tests them, exactly and by sampling.
+"""Many drafts at one position, the mechanics: how a verifier tests its drafts, exactly and by sampling.
 
-A rule is a way of drawing num_drafts drafts from q (`draws`) and a verifier. A `Stages` verifier tests the drafts
-one at a time: draft i is kept with min(1, p_i(x)/r(x)) for the stage's draft distribution r, and after a rejection the
-target becomes the residual p_{i+1} = norm([p_i - r']_+); if every draft is rejected, the token comes from the last
-target. A `Walk` verifier draws one uniform u and walks it along the children's cumulative target mass.
+A rule is a way of drawing num_drafts drafts from q (`draws`, multidraft_draws) and a verifier. A `Stages` verifier
+tests the drafts one at a time: draft i is kept with min(1, p_i(x)/r(x)) for the stage's draft distribution r, and
+after a rejection the target becomes the residual p_{i+1} = norm([p_i - r']_+); if every draft is rejected, the token
+comes from the last target. A `Walk` verifier draws one uniform u and walks it along the children's cumulative target
+mass. `KSeq` and `Hub` (multidraft_coupled) flip coins fixed by the whole draft tuple, then draw one residual.
 The exact law enumerates every draft tuple with positive probability and replaces each coin by its probability;
 the sampler flips the coins. Both keep a kept draft and the fallback apart (`node_outcomes`, `step_law`,
 `step_sample`): one position adds them, a tree node descends into the first and ends the round on the second.
@@ -11,20 +12,19 @@ Everything is float64; p and q arrive validated and normalised.
 """
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass
 
 import torch
 
 from ._checks import check_choice
+from .multidraft_coupled import Hub, KSeq, coupled_draw, coupled_outcomes
+from .multidraft_draws import DRAWS, count_outcomes, draft_outcomes, draw_drafts, top_order
 from .sampling import accept_ratio, residual_weights, sample_rows
 
-__all__ = ["DRAWS", "STAGE_Q", "FINALS", "Stages", "Walk", "top_order", "count_outcomes", "draft_outcomes", "without",
-           "remove_tokens", "stage_q", "next_target", "pick", "stage", "final_target", "NodeOutcomes", "node_outcomes",
-           "StepLaw", "step_law", "draw_drafts", "distinct", "StepDraw", "step_sample"]
+__all__ = ["DRAWS", "STAGE_Q", "FINALS", "Stages", "Walk", "KSeq", "Hub", "Verifier", "top_order", "count_outcomes",
+           "draft_outcomes", "without", "remove_tokens", "stage_q", "next_target", "pick", "stage", "final_target",
+           "NodeOutcomes", "node_outcomes", "StepLaw", "step_law", "draw_drafts", "distinct", "StepDraw", "step_sample"]
 
-DRAWS = ("iid", "without", "top")  # n independent draws from q | n draws without replacement | q's top n, in order
 STAGE_Q = ("q", "q_i", "q_next", "onehot")  # q itself | q without the earlier drafts | q_i without x_i too | e_{x_i}
 FINALS = ("current", "first_residual")  # all rejected: the last target | norm([p - q]_+), whatever happened
 
@@ -53,42 +53,6 @@ class Walk:
 
     def __post_init__(self) -> None:
         check_choice("draws", self.draws, DRAWS)
-
-
-def top_order(q: torch.Tensor) -> torch.Tensor:
-    """The tokens q gives mass to, most likely first, ties by token id (m,)."""
-    order = torch.sort(-q, stable=True).indices  # (V,)
-    return order[q[order] > 0]
-
-
-def count_outcomes(q: torch.Tensor, num_drafts: int, draws: str) -> int:
-    """How many draft tuples have positive probability: m^n, m!/(m-n)!, or one (m = q's support)."""
-    m = int((q > 0).sum())
-    if draws == "iid":
-        return m ** num_drafts
-    if draws == "without":
-        return math.perm(m, min(num_drafts, m))
-    return 1
-
-
-def draft_outcomes(q: torch.Tensor, num_drafts: int, draws: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every draft tuple with positive probability, rows (K, k) of token ids, and its probability (K,).
-
-    k = num_drafts, except without replacement or top-n when q's support m is smaller: then only m drafts exist.
-    """
-    support = top_order(q).tolist()
-    if draws == "top":
-        X = torch.tensor([support[:num_drafts]])  # (1, k): the children are fixed
-        return X, torch.ones(1, dtype=torch.float64)
-    k = min(num_drafts, len(support))
-    rows = itertools.product(support, repeat=num_drafts) if draws == "iid" else itertools.permutations(support, k)
-    X = torch.tensor(list(rows), dtype=torch.long)  # (K, k)
-    q_x = q[X]  # (K, k) q of each draft
-    if draws == "iid":
-        return X, q_x.prod(-1)
-    undrawn = q.repeat(X.shape[0], 1).scatter(1, X, 0.0).sum(-1, keepdim=True)  # (K, 1) mass never drawn
-    left = q_x.flip(-1).cumsum(-1).flip(-1) + undrawn  # (K, k) mass still in q at stage i: sums, never 1 - sum
-    return X, (q_x / left).prod(-1)  # draft i comes from q with drafts 1..i-1 removed, renormalised
 
 
 def without(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -138,6 +102,9 @@ def final_target(v: Stages, p: torch.Tensor, q: torch.Tensor, target: torch.Tens
     return target if v.final == "current" else next_target(p[None], q[None]).expand_as(target)
 
 
+Verifier = Stages | Walk | KSeq | Hub  # every kind of multi-draft verifier
+
+
 @dataclass(frozen=True)
 class NodeOutcomes:
     """Every draft tuple of one step and, given it, what the verifier does: the one definition of a rule's test.
@@ -171,12 +138,16 @@ def _walk_outcomes(p, X) -> tuple[torch.Tensor, torch.Tensor]:
     return hi - lo, (1 - hi[:, -1:]) * rest / rest.sum(-1, keepdim=True)
 
 
-def node_outcomes(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Stages | Walk) -> NodeOutcomes:
+def node_outcomes(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Verifier) -> NodeOutcomes:
     """Every draft tuple with positive probability and, for each, the chance each stage keeps its draft and the
     fallback: what a single position (multidraft_law) and a tree node (markov.tree, markov.tree_search) both read."""
     X, weight = draft_outcomes(q, num_drafts, verifier.draws)  # (K, k), (K,)
-    walk = isinstance(verifier, Walk)
-    chance, fallback = _walk_outcomes(p, X) if walk else _stages_outcomes(p, q, X, verifier)
+    if isinstance(verifier, (KSeq, Hub)):
+        chance, fallback = coupled_outcomes(p, q, X, verifier)
+    elif isinstance(verifier, Walk):
+        chance, fallback = _walk_outcomes(p, X)
+    else:
+        chance, fallback = _stages_outcomes(p, q, X, verifier)
     return NodeOutcomes(drafts=X, weight=weight, chance=chance, fallback=fallback)
 
 
@@ -198,23 +169,11 @@ class StepLaw:
         return float(self.kept.sum())
 
 
-def step_law(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Stages | Walk) -> StepLaw:
+def step_law(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Verifier) -> StepLaw:
     """The exact law of one step, its kept child and its fallback apart, summed over every draft tuple."""
     o = node_outcomes(p, q, num_drafts=num_drafts, verifier=verifier)
     kept = torch.zeros(o.drafts.shape[0], p.numel(), dtype=torch.float64).scatter_add_(1, o.drafts, o.chance)
     return StepLaw(kept=o.weight @ kept, fallback=o.weight @ o.fallback)
-
-
-def draw_drafts(q: torch.Tensor, num_drafts: int, draws: str, size: int, generator) -> torch.Tensor:
-    """Drafts (size, k) for each of size steps; k < num_drafts only when drawing without replacement exhausts q."""
-    if draws == "top":
-        return top_order(q)[:num_drafts].expand(size, -1)
-    if draws == "iid":  # inverse CDF against one cumulative sum, as sample_rows does row by row
-        cdf = q.cumsum(0)  # (V,)
-        u = torch.rand(size, num_drafts, dtype=torch.float64, generator=generator)
-        return torch.searchsorted(cdf, u * cdf[-1], right=True)  # (size, num_drafts)
-    k = min(num_drafts, int((q > 0).sum()))
-    return torch.multinomial(q.expand(size, -1), k, replacement=False, generator=generator)  # as EAGLE-1 drafts
 
 
 def distinct(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -260,10 +219,12 @@ def _walk_draw(p, X, generator) -> StepDraw:
     return StepDraw(token=out, kept=kept)
 
 
-def step_sample(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Stages | Walk, size: int,
+def step_sample(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Verifier, size: int,
                 generator) -> StepDraw:
     """size independent steps: draw the drafts as the rule draws them, test them; tokens and kept flags apart."""
     X = draw_drafts(q, num_drafts, verifier.draws, size, generator)  # (size, k)
+    if isinstance(verifier, (KSeq, Hub)):
+        return StepDraw(*coupled_draw(p, q, X, verifier, generator))
     if isinstance(verifier, Walk):
         return _walk_draw(p, X, generator)
     return _stages_draw(p, q, X, verifier, generator)

@@ -5,11 +5,15 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_distribution, check_generator, check_token_ids
+from ._checks import check_choice, check_distribution, check_generator, check_token_ids
+from .block_verification import verify_batch_block
 from .sampling import accept_ratio, residual_weights, sample_rows
 
-__all__ = ["Verdict", "BlockVerdicts", "accepted_prefix", "verify_batch", "commit_tokens", "verify_block",
+__all__ = ["METHODS", "Verdict", "BlockVerdicts", "accepted_prefix", "verify_batch", "commit_tokens", "verify_block",
            "verify_blocks", "greedy_batch", "verify_greedy"]
+
+
+METHODS = ("token", "block")  # token: the first failing test ends the block; block: the last passing row wins
 
 
 @dataclass(frozen=True)
@@ -83,22 +87,31 @@ def _check_block(p_rows, q_rows, proposals, *, batched: bool):
     return p_rows, q_rows, proposals
 
 
+def _verifier(method: str):
+    """The batched verifier of a method: verify_batch (token by token) or verify_batch_block (the whole block)."""
+    return verify_batch if check_choice("method", method, METHODS) == "token" else verify_batch_block
+
+
 def verify_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
-                 generator: torch.Generator | None = None) -> Verdict:
-    """Verify one block: p_rows (k+1, V) target rows, q_rows (k, V) draft rows that produced proposals (k,)."""
+                 generator: torch.Generator | None = None, *, method: str = "token") -> Verdict:
+    """Verify one block: p_rows (k+1, V) target rows, q_rows (k, V) draft rows that produced proposals (k,);
+    method "token" (test each proposal in turn) or "block" (block verification, sd.block_verification)."""
+    verify = _verifier(method)
     p_rows, q_rows, proposals = _check_block(p_rows, q_rows, proposals, batched=False)
     generator = check_generator(generator)
-    accepted, nxt = verify_batch(p_rows[None], q_rows[None], proposals[None], generator)
+    accepted, nxt = verify(p_rows[None], q_rows[None], proposals[None], generator)
     a = int(accepted[0])
     return Verdict(accepted=a, tokens=torch.cat([proposals[:a], nxt]))
 
 
 def verify_blocks(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
-                  generator: torch.Generator | None = None) -> BlockVerdicts:
-    """Verify n blocks at once: BlockVerdicts(accepted (n,), tokens (n, k+1) padded with -1 after the committed)."""
+                  generator: torch.Generator | None = None, *, method: str = "token") -> BlockVerdicts:
+    """Verify n blocks at once: BlockVerdicts(accepted (n,), tokens (n, k+1) padded with -1 after the committed);
+    method "token" or "block" as for verify_block."""
+    verify = _verifier(method)
     p_rows, q_rows, proposals = _check_block(p_rows, q_rows, proposals, batched=True)
     generator = check_generator(generator)
-    accepted, nxt = verify_batch(p_rows, q_rows, proposals, generator)
+    accepted, nxt = verify(p_rows, q_rows, proposals, generator)
     return BlockVerdicts(accepted=accepted, tokens=commit_tokens(proposals, accepted, nxt))
 
 

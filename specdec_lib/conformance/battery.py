@@ -86,6 +86,8 @@ def battery() -> list[Case]:
              "the target gives zero mass to a token the draft likes (a top-k target): it must never appear"),
         Case("positions_differ", _rows([0.8, 0.1, 0.1], [0.1, 0.1, 0.8], [0.1, 0.8, 0.1]),
              _rows([0.6, 0.2, 0.2], [0.2, 0.2, 0.6]), "every row different: a verifier reading the wrong row shows"),
+        Case("block_gain", _rows([1, 2], [1, 2], [1, 2]), _rows([2, 1], [2, 1]),
+             "the block paper's toy: the token rule keeps 10/9 proposals a block, block verification 11/9"),
         Case("binary_k3", _rows([0.9, 0.1], [0.2, 0.8], [0.7, 0.3], [0.4, 0.6]),
              _rows([0.6, 0.4], [0.5, 0.5], [0.3, 0.7]), "two tokens, three proposals"),
         Case("binary_k4", _rows([0.3, 0.7], [0.8, 0.2], [0.4, 0.6], [0.9, 0.1], [0.1, 0.9]),

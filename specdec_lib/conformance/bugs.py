@@ -3,9 +3,10 @@
 Each `KnownVerifier` pairs a batched sampler (what the buggy code does, draw by draw) with the `DecoderSpec` that
 laws.block_law enumerates: the kit diagnoses a failure by the nearest of these laws, and tests that each sampler
 lands on its own law. The field guide's bugs are the registry's specs, picked by name (markov.registry.MODES);
-the post's tempting rule and match acceptance are the kit's own, DecoderSpec values too. Every sampler takes
-p (n, k+1, V), q (n, k, V), proposals (n, k) and a generator, and returns (accepted (n,), tokens (n, k+1) padded
-with -1), as sd.verify_blocks. What each spec value means is markov/semantics.py's, shared with every engine.
+the post's tempting rule and match acceptance are the kit's own, DecoderSpec values too; block verification
+(optimal among exact verifiers of one draft block) and its naive port are the registry's, by name. Every sampler
+takes p (n, k+1, V), q (n, k, V), proposals (n, k) and a generator, and returns (accepted (n,), tokens (n, k+1)
+padded with -1), as sd.verify_blocks. What each spec value means is markov/semantics.py's, shared with every engine.
 """
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from ..markov.registry import MODES
-from ..markov.semantics import acceptance, fix_uniform, match_law, residual_weights
+from ..markov.semantics import acceptance, block_round, fix_uniform, match_law, residual_weights
 from ..markov.spec import DecoderSpec
 from ..sampling import sample_rows
 from ..verification import accepted_prefix, commit_tokens
 from .laws import block_rule, bonus_rows, judge_rows, ratio_rows
 
-__all__ = ["KnownVerifier", "FIELD_GUIDE", "EXACT", "known_verifiers", "rule_verifier"]
+__all__ = ["KnownVerifier", "FIELD_GUIDE", "BLOCK_VERIFIERS", "EXACT", "known_verifiers", "rule_verifier"]
 
 
 def _inverse_cdf(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -53,6 +54,15 @@ def _rejection_draw(spec: DecoderSpec, p: torch.Tensor, q: torch.Tensor, y: torc
 def rule_verifier(spec: DecoderSpec) -> Callable:
     """A batched verifier that does what `spec` says, with the randomness a real implementation would use."""
     spec = block_rule(spec)
+    if spec.verifier != "token":  # block verification, or its naive port: semantics' round, as the engines run it
+
+        def verify_jointly(p: torch.Tensor, q: torch.Tensor, proposals: torch.Tensor, generator=None):
+            n, k = proposals.shape
+            eta = torch.rand(n, k, dtype=torch.float64, generator=generator)  # (n, k) one uniform per row
+            accepted, w = block_round(spec, p, ratio_rows(spec, q), proposals, eta)  # (n,), (n, V)
+            return accepted, commit_tokens(proposals, accepted, sample_rows(w, generator))
+
+        return verify_jointly
 
     def verify(p: torch.Tensor, q: torch.Tensor, proposals: torch.Tensor, generator=None):
         n, k = proposals.shape
@@ -104,11 +114,17 @@ _OWN = [
      "keep y with probability p(y), else draw from p without y: the one-hot path; exact, and it accepts less",
      "vLLM #40149 (q passed as None); course notes: match-based acceptance"),
 ]
-EXACT = ("correct", "match_acceptance")
+# optimal verification (Sun et al. 2025): block verification and the port that shipped it wrong, from the registry
+BLOCK_VERIFIERS = ("block_verification", "block_verification_naive")
+EXACT = ("correct", "match_acceptance", "block_verification")
+
+
+def _registered(name: str) -> KnownVerifier:
+    return KnownVerifier(name, MODES[name].spec, MODES[name].description, MODES[name].reference)
 
 
 def known_verifiers() -> list[KnownVerifier]:
-    """The correct rule first, then every verification bug (field guide, then the post's), then match acceptance."""
-    out = [KnownVerifier(name, MODES[name].spec, MODES[name].description, MODES[name].reference)
-           for name in ("correct", *FIELD_GUIDE)]
-    return out + [KnownVerifier(*row) for row in _OWN]
+    """The correct rule first, then every verification bug (field guide, then the post's), then match acceptance,
+    then block verification and its naive port."""
+    return ([_registered(name) for name in ("correct", *FIELD_GUIDE)] + [KnownVerifier(*row) for row in _OWN]
+            + [_registered(name) for name in BLOCK_VERIFIERS])

@@ -14,17 +14,22 @@ from ..verification import BlockVerdicts
 from .adapters import PAD, adapt
 from .battery import PROMISE, Case, Promise, battery, power
 from .bugs import EXACT, known_verifiers
-from .laws import block_law, complete, target_law
+from .laws import block_law, complete, mean_accepted, target_law
 from .report import CaseResult, DrafterReport, VerifierReport
 
 __all__ = ["audit_verifier", "audit_drafter", "committed_law", "DRAFT_LOGITS"]
 
 
 @functools.lru_cache(maxsize=1)
-def _laws() -> tuple[tuple[Case, torch.Tensor, dict[str, torch.Tensor]], ...]:
-    """Per case: the case, its target law, and every known verifier's exact completed law (computed once)."""
-    return tuple((c, target_law(c.p_rows), {kv.name: complete(block_law(kv.spec, c.p_rows, c.q_rows), c.p_rows)
-                                            for kv in known_verifiers()}) for c in battery())
+def _laws() -> tuple[tuple[Case, torch.Tensor, dict[str, torch.Tensor], tuple[float, float]], ...]:
+    """Per case: the case, its target law, every known verifier's exact completed law, and the exact E[accepted]
+    of the token rule and of block verification (the optimum of an exact verifier of one block), computed once."""
+    out = []
+    for c in battery():
+        laws = {kv.name: (kv.spec, block_law(kv.spec, c.p_rows, c.q_rows)) for kv in known_verifiers()}
+        kept = (mean_accepted(laws["correct"][1]), mean_accepted(laws["block_verification"][1]))
+        out.append((c, target_law(c.p_rows), {name: complete(law, c.p_rows) for name, (_, law) in laws.items()}, kept))
+    return tuple(out)
 
 
 def _tv(a: torch.Tensor, b: torch.Tensor, outside: float = 0.0) -> float:
@@ -35,14 +40,18 @@ def _tv(a: torch.Tensor, b: torch.Tensor, outside: float = 0.0) -> float:
 def committed_law(case: Case, accepted: torch.Tensor, tokens: torch.Tensor, proposals: torch.Tensor):
     """(empirical completed law, mass off the vocabulary, contract violations) of n verified blocks."""
     n, counts, outside, violations = proposals.shape[0], Counter(), 0, 0
-    for a, row, y in zip(accepted.tolist(), tokens.tolist(), proposals.tolist()):
+    k = proposals.shape[1]
+    columns = torch.cat([accepted[:, None], proposals, tokens], 1).T.tolist()  # by column: a few long lists
+    blocks = Counter(zip(*columns))
+    for block, m in blocks.items():  # each distinct (accepted, proposals, tokens), seen m times
+        a, y, row = block[0], list(block[1:k + 1]), block[k + 1:]
         t = tuple(x for x in row if x != PAD)
         if len(t) != sum(1 for x in row[:len(t)] if x != PAD) or not t or any(x < 0 or x >= case.V for x in t):
-            outside += 1  # padding inside the tokens, nothing committed, or an id off the vocabulary
-            violations += 1
+            outside += m  # padding inside the tokens, nothing committed, or an id off the vocabulary
+            violations += m
             continue
-        violations += a != len(t) - 1 or list(t[:a]) != y[:a] or len(t) > case.k + 1
-        counts[t] += 1
+        violations += m * (a != len(t) - 1 or list(t[:a]) != y[:a] or len(t) > case.k + 1)
+        counts[t] += m
     return complete({t: c / n for t, c in counts.items()}, case.p_rows), outside / n, violations
 
 
@@ -67,6 +76,12 @@ def _subject(fn: Callable, subject: str | None) -> str:
     return subject or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+def _kept(accepted: torch.Tensor) -> tuple[float, float]:
+    """The mean of the accepted counts (n,) and its standard error (sample sd / sqrt(n); 0 for n = 1)."""
+    a = accepted.double()
+    return a.mean().item(), (a.std().item() / a.numel() ** 0.5) if a.numel() > 1 else 0.0
+
+
 def _nearest(dist: dict[str, float]) -> str:
     """The inexact known verifier nearest to a law (ties, equal exact laws, go to the first)."""
     return min((name for name in dist if name not in EXACT), key=lambda name: round(dist[name], 9))
@@ -89,15 +104,17 @@ def audit_verifier(fn: Callable, *, convention: str = "probs", seed: int = 0, nu
     generator = check_generator(generator) or torch.Generator().manual_seed(seed)
     laws, results = _laws(), []
     totals = dict.fromkeys(laws[0][2], 0.0)  # known verifier -> summed TV to the empirical laws
-    for case, exact, known in laws:
+    for case, exact, known, (token, optimal) in laws:
         pw = power(case, num_blocks=num_blocks, cases=len(laws), promise=promise)
-        emp, outside, violations = committed_law(case, *_run(verify, case, pw.num_blocks, generator))
+        accepted, tokens, proposals = _run(verify, case, pw.num_blocks, generator)
+        emp, outside, violations = committed_law(case, accepted, tokens, proposals)
         dist = {name: _tv(emp, law, outside) for name, law in known.items()}
         for name, d in dist.items():
             totals[name] += d
         nearest = _nearest(dist)
         results.append(CaseResult(case.name, case.k, case.V, pw.num_blocks, _tv(emp, exact, outside), pw.threshold,
-                                  pw.floor, pw.detectable, violations, nearest, dist[nearest]))
+                                  pw.floor, pw.detectable, violations, nearest, dist[nearest], *_kept(accepted),
+                                  token, optimal))
     wrong = {kv.name: kv for kv in known_verifiers() if not kv.exact}
     best = _nearest(totals)
     diagnosis = "" if all(c.passed for c in results) else f"{best}: {wrong[best].description} ({wrong[best].reference})"

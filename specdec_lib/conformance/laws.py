@@ -14,15 +14,22 @@ and `block_law` walks the branches exactly as markov/exact.py walks a decoder's:
   accept it:                          a = semantics' acceptance probability of y (min(1, p(y) / q(y)) if correct)
   reject it, then emit z:             (1 - a) fix(z)             fix = semantics' law of the token after a rejection
   after k acceptances, the bonus z:   semantics' bonus row (p_{k+1}; q_k for bonus="draft")
+
+A block verifier (spec.verifier "block", or "block_naive" for the port that shipped wrong) judges the k proposals
+together, so its law is enumerated over whole proposal rows y ~ q_1 x ... x q_k instead: semantics.block_law gives,
+for each row, the law of tau (the drafts kept) and of the token after them, from sd.block_verification's weights,
+as every engine reads them.
 """
 from __future__ import annotations
 
 import torch
 
+from ..markov import semantics
 from ..markov.semantics import acceptance, bonus_row, rejection_law
 from ..markov.spec import DecoderSpec
 
-__all__ = ["Law", "block_rule", "judge_rows", "ratio_rows", "bonus_rows", "block_law", "complete", "target_law"]
+__all__ = ["Law", "block_rule", "judge_rows", "ratio_rows", "bonus_rows", "block_law", "mean_accepted", "complete",
+           "target_law"]
 
 Law = dict[tuple[int, ...], float]  # committed tokens -> probability
 
@@ -41,7 +48,8 @@ def block_rule(spec: DecoderSpec) -> DecoderSpec:
       bonus="draft"        after a full block the bonus comes from q_k
     acceptance, verify_first, residual, residual_uniform, keep_rejected and the bonus law mean what
     markov/semantics.py says, as in every engine; ratio_context is moot here (the draft's state is the committed
-    text), and so are the options of the fields fixed above.
+    text), and so are the options of the fields fixed above. A block verifier (verifier="block" or "block_naive";
+    DecoderSpec keeps the token rule's fields at their defaults for it) reads ratio as the token rule does.
     """
     if not isinstance(spec, DecoderSpec):
         raise TypeError(f"spec must be a DecoderSpec, got {type(spec).__name__}")
@@ -80,10 +88,32 @@ def _slot(spec: DecoderSpec, p: torch.Tensor, q: torch.Tensor, *, first: bool) -
     return a.tolist(), fix.tolist()
 
 
+def _joint_law(spec: DecoderSpec, P: torch.Tensor, Q: torch.Tensor) -> Law:
+    """A block verifier's law: every proposal row y ~ q_1 x ... x q_k (V^k of them), then semantics.block_law's
+    law of tau (the drafts kept) and of the token after them, judged with the believed rows ratio_rows (P (k+1, V),
+    Q (k, V) in float64)."""
+    k, V = Q.shape
+    ys = torch.cartesian_prod(*[torch.arange(V)] * k).reshape(-1, k)  # (V^k, k) every proposal row
+    mass = Q[torch.arange(k), ys].prod(-1)  # (V^k,) q_1(y_1) ... q_k(y_k)
+    rows_p, rows_q = P.expand(ys.shape[0], k + 1, V), ratio_rows(spec, Q).expand(ys.shape[0], k, V)
+    taus, nxt = semantics.block_law(spec, rows_p, rows_q, ys)  # (V^k, k+1), (V^k, k+1, V)
+    out = mass[:, None, None] * taus[..., None] * nxt  # (V^k, k+1, V) P(y, tau = i, then z)
+    law: Law = {}
+    for r, i, z in (out > 0).nonzero().tolist():
+        t = (*ys[r, :i].tolist(), z)
+        law[t] = law.get(t, 0.0) + out[r, i, z].item()
+    return law
+
+
 def block_law(spec: DecoderSpec, p_rows: torch.Tensor, q_rows: torch.Tensor) -> Law:
     """Exact law of the committed tokens of one block, proposals y_j ~ q_j (rows taken in float64, renormalised)."""
     spec = block_rule(spec)
     P, Q = _rows(p_rows), _rows(q_rows)  # (k+1, V) (k, V)
+    return _token_law(spec, P, Q) if spec.verifier == "token" else _joint_law(spec, P, Q)
+
+
+def _token_law(spec: DecoderSpec, P: torch.Tensor, Q: torch.Tensor) -> Law:
+    """The token rule's law, slot by slot, as the module's docstring walks it (rows P (k+1, V), Q (k, V))."""
     k = Q.shape[0]
     judge, believed = judge_rows(spec, P), ratio_rows(spec, Q)  # (k, V) each
     slots = [_slot(spec, judge[j], believed[j], first=j == 0) for j in range(k)]
@@ -113,6 +143,11 @@ def block_law(spec: DecoderSpec, p_rows: torch.Tensor, q_rows: torch.Tensor) -> 
 
     walk(0, (), 1.0)
     return law
+
+
+def mean_accepted(law: Law) -> float:
+    """E[accepted] of a block law whose strings are the kept proposals then one target token: E[len(t)] - 1."""
+    return sum(mass * (len(t) - 1) for t, mass in law.items())
 
 
 def complete(law: Law, p_rows: torch.Tensor) -> torch.Tensor:

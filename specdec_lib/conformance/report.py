@@ -1,4 +1,5 @@
-"""The kit's reports: per case the measured TV, its threshold, pass or fail, and the nearest known verifier."""
+"""The kit's reports: per case the measured TV, its threshold, pass or fail, the nearest known verifier, and how
+many proposals it keeps beside the token rule and an optimal exact verifier."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,10 +25,20 @@ class CaseResult:
     violations: int  # blocks whose output broke the contract (accepted != len(tokens) - 1, or a changed proposal)
     nearest: str  # the verification bug whose exact law is nearest to the empirical one
     nearest_tv: float
+    kept: float  # the measured mean of accepted proposals per block
+    kept_se: float  # its standard error, sample sd / sqrt(n)
+    token_kept: float  # the token rule's exact E[accepted] on this case (the kit's block law)
+    optimal_kept: float  # block verification's exact E[accepted]: the most an exact verifier of one block keeps
 
     @property
     def passed(self) -> bool:
         return self.tv <= self.threshold and self.violations == 0
+
+    @property
+    def efficiency(self) -> str:
+        """One line: the verdict, then what it keeps of what an optimal exact verifier keeps, and the token rule."""
+        return (f"{'exact' if self.passed else 'INEXACT'}; keeps {self.kept:.2f} ± {self.kept_se:.2f} of the "
+                f"{self.optimal_kept:.2f} an optimal verifier keeps (the token rule keeps {self.token_kept:.2f})")
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,9 @@ class VerifierReport:
             size = f"{c.name:18s} {c.k:2d} {c.V:2d} {c.num_blocks:6d}"
             row = f"{size} {c.tv:7.3f} {c.threshold:9.3f}  {verdict:6s}  {note}"
             lines.append(row.rstrip())
+        lines.append("efficiency: proposals kept per block, ± one standard error; optimal: block verification's "
+                     "exact E[accepted]")
+        lines += [f"{c.name:18s} {c.efficiency}" for c in self.cases]
         failed = sum(not c.passed for c in self.cases)
         if failed:
             lines.append(f"FAILED: {failed} of {len(self.cases)} cases. Looks like {self.diagnosis}")

@@ -12,6 +12,7 @@ Act III grade_expected_tokens, grade_conditional_acceptance
 Act IV  grade_speedup, grade_best_k
 Lab     grade_fit_alpha, grade_predict_speedup
 Act V   grade_rrs_step, grade_best_widths; bending the rules: grade_is_exact, grade_best_setting
+Act VI  grade_block_h, grade_needs
 """
 from ._report import Grade
 from .bending_the_rules import grade_best_setting, grade_is_exact
@@ -21,9 +22,11 @@ from .distribution import grade_acceptance_probability, grade_residual, grade_sp
 from .field_guide import grade_find_bug
 from .many_drafts import grade_best_widths, grade_rrs_step
 from .measure_it import grade_fit_alpha, grade_predict_speedup
+from .optimal_verification import grade_block_h, grade_needs
 from .token_accounting import grade_conditional_acceptance, grade_expected_tokens
 
 __all__ = ["Grade", "grade_residual", "grade_acceptance_probability", "grade_speculative_sample",
            "grade_verify_block", "grade_smallest_catching_m", "grade_find_bug", "grade_expected_tokens",
            "grade_conditional_acceptance", "grade_speedup", "grade_best_k", "grade_fit_alpha", "grade_predict_speedup",
-           "grade_rrs_step", "grade_best_widths", "grade_is_exact", "grade_best_setting"]
+           "grade_rrs_step", "grade_best_widths", "grade_is_exact", "grade_best_setting",
+           "grade_block_h", "grade_needs"]

@@ -27,14 +27,18 @@ RRS_CASES = [("p = [0.05, 0.45, 0.5], q = [0.9, 0.1, 0], n = 2", f64([0.05, 0.45
              ("p = [0.4, 0.3, 0.2, 0.1], q = [0, 0.5, 0.5, 0], n = 3 (q has two tokens: two drafts)",
               f64([0.4, 0.3, 0.2, 0.1]), f64([0.0, 0.5, 0.5, 0.0]), 3, 4000)]
 RRS_MISTAKES = {  # name: (the verifier that makes the mistake, what it is in words)
-    "original_q": (Stages("without", ratio="q", residual="q"), "every stage divides by and subtracts the original q; "
+    "original_q": (Stages("without_replacement", ratio="q", residual="q"),
+                   "every stage divides by and subtracts the original q; "
                    "a draft drawn without replacement comes from q with the earlier drafts removed and renormalised, "
                    "so stage i must use that q_i (the question of SafeAILab/EAGLE #74)"),
-    "next_q": (Stages("without", ratio="q_i", residual="q_next"), "the rejected draft is removed from q_i before the "
+    "next_q": (Stages("without_replacement", ratio="q_i", residual="q_next"),
+               "the rejected draft is removed from q_i before the "
                "residual is taken; subtract the q_i the draft came from, then remove the draft"),
-    "no_residual": (Stages("without", ratio="q_i", residual="none"), "the target never becomes the residual: after a "
+    "no_residual": (Stages("without_replacement", ratio="q_i", residual="none"),
+                    "the target never becomes the residual: after a "
                     "rejection the next draft is still tested against p, and the fallback is drawn from p"),
-    "first_residual": (Stages("without", ratio="q_i", residual="q_i", final="first_residual"), "the fallback comes "
+    "first_residual": (Stages("without_replacement", ratio="q_i", residual="q_i", final="first_residual"),
+                       "the fallback comes "
                        "from the first residual norm([p - q]_+), not from the last stage's target"),
 }
 

@@ -7,7 +7,7 @@ weights      the trained target/draft pair (load_pair; `make models` retrains it
 generation   plain and speculative decoding, built from the phases the clock times
 drafters     what proposes: the neural drafts, a byte n-gram table (ngram), prompt lookup; one interface
 steps        the phases of a round (draft, verify, roll back)
-accept       the lab's fast acceptance test (the same draws as specdec_lib.verification.verify_blocks)
+accept       the lab's fast acceptance test: the token rule or block verification (verify_blocks' draws)
 measure      the cost terms, timed, and the predicted speedup against the measured one
 recording    the recorded `make measure` run (specdec_lib/data/measure_reference.json), read in one place
 batch_cost   one target pass over B x (k + 1) positions: c_v(k; B) and the best k per batch size

@@ -6,7 +6,9 @@ target's logits, computes the policy's rows once, tests the k proposals in one v
 the outcomes to the host in one transfer, and builds the residual of the one row it needs (verify_batch
 builds a padded q for all rows). It draws the same uniforms in the same order, so for the same generator
 state it returns the same tokens as greedy_batch or verify_batch (tests/lab/test_drafters.py checks both, draw
-for draw).
+for draw). method="block" is block verification (Sun et al., ICLR 2025): the same policy rows, handed to the
+core's verify_batch_block (specdec_lib/block_verification.py: its h_i, tau and residual), so it draws what that
+draws; greedy is the token rule under either method (a greedy target keeps exactly the argmax-matching prefix).
 """
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_generator, check_tensor
+from ..block_verification import verify_batch_block
 from ..sampling import accept_ratio, residual_weights, sample_rows
-from .steps import check_policy, policy_probs
+from .steps import check_policy, check_verifier, policy_probs
 
 __all__ = ["Acceptance", "accept_block"]
 
@@ -30,23 +33,27 @@ class Acceptance:
 
 
 def accept_block(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.Tensor | None, *,
-                 temperature: float, top_k, generator, one_hot: bool = False) -> Acceptance:
+                 temperature: float, top_k, generator, one_hot: bool = False, method: str = "token") -> Acceptance:
     """Acceptance(A, the token after the A accepted proposals, 0-d) for target logits (k+1, V) and proposals (k,).
 
     Greedy (temperature 0) keeps proposals while they equal the target's argmax; otherwise q_rows (k, V) are
     the rows that drew the proposals, and one_hot=True says each is one-hot at its proposal (the residual
-    is then p with the proposal removed, computed without q). Types, shapes and the policy are checked; the
-    values are not (that would cost a device sync per block).
+    is then p with the proposal removed, computed without q). method is "token" (the token rule) or "block"
+    (block verification; a one-hot draft's q is built from the proposals). Types, shapes, the policy and the
+    method are checked; the values are not (that would cost a device sync per block).
     """
     temperature, top_k = check_policy(temperature, top_k)
+    method = check_verifier(method, "method")
     k = _check_block(p_logits, proposals, q_rows, needs_q=temperature != 0.0 and not one_hot)
     check_generator(generator)
-    if temperature == 0.0:
+    if temperature == 0.0:  # a greedy target: block verification keeps the same prefix, so one rule serves both
         best = p_logits.argmax(-1)  # (k+1,) the target's greedy choice at every slot
         both = torch.cat([best[:k], proposals]).tolist()  # one transfer: argmaxes, then proposals
         a = next((j for j in range(k) if both[j] != both[k + j]), k)
         return Acceptance(a, best[a])
     p_rows = policy_probs(p_logits, temperature, top_k)  # (k+1, V)
+    if method == "block" and k > 0:  # k = 0 is the bonus token alone under either rule
+        return _block_rule(p_rows, proposals, q_rows, generator, one_hot=one_hot)
     idx = proposals[:, None]  # (k, 1)
     p_x = p_rows[:k].gather(1, idx).T  # (1, k) target prob of each proposal
     q_x = torch.ones_like(p_x) if one_hot else q_rows.gather(1, idx).T  # (1, k) draft prob of each proposal
@@ -61,6 +68,17 @@ def accept_block(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.
     else:
         r = residual_weights(p_rows[a], q_rows[a])  # (V,)
     return Acceptance(a, sample_rows(r, generator))  # 0-d; its own uniform, after the k acceptance ones
+
+
+def _block_rule(p_rows, proposals, q_rows, generator, *, one_hot: bool) -> Acceptance:
+    """Block verification of one block by the core's verify_batch_block, in float64; one transfer (A)."""
+    p = p_rows.double()  # (k+1, V): the core works in float64
+    if one_hot:  # q is 1 at each proposal: built here, so q_rows may be None
+        q = torch.zeros_like(p[:-1]).scatter_(1, proposals[:, None], 1.0)  # (k, V)
+    else:
+        q = q_rows.double()  # (k, V)
+    accepted, nxt = verify_batch_block(p[None], q[None], proposals[None], generator)
+    return Acceptance(int(accepted[0]), nxt[0])  # eta (1, k) first, then the token's own uniform
 
 
 def _check_block(p_logits, proposals, q_rows, *, needs_q: bool) -> int:

@@ -48,10 +48,12 @@ def verify_round(target, t_cache, d_state, block: torch.Tensor, q_rows, *, n: in
     n is the number of committed tokens (the target's cache holds all but the last). Returns (A, the token
     after the A accepted proposals, 0-d). The target's cache is cropped to the n + A committed tokens (for
     correctness), and the draft's state too (drafter.rollback; d_state a draft's KVCache when drafter is None),
-    so that its next proposals start from them. The test is sd.lab.accept_block: verify_batch's draws, one block.
+    so that its next proposals start from them. The test is sd.lab.accept_block with decoding.verifier as its
+    method: verify_batch's draws (the token rule) or verify_batch_block's (block verification), one block.
     """
     p_logits = target(block[None], t_cache)[0]  # (k+1, V); row j conditions on proposals[:j]
-    test = accept_block(p_logits, block[1:], q_rows, **decoding.kwargs(), one_hot=getattr(drafter, "one_hot", False))
+    test = accept_block(p_logits, block[1:], q_rows, **decoding.kwargs(), one_hot=getattr(drafter, "one_hot", False),
+                        method=decoding.verifier)
     a, nxt = test.accepted, test.next_token
     t_cache.crop(n + a)
     if drafter is None:
@@ -107,8 +109,9 @@ def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int
     draft is a drafter (sd.lab.NeuralDraft, sd.lab.TableDraft, sd.lab.PromptLookupDraft) or a draft model
     (a NeuralDraft).
     Temperature 0 is greedy (keep proposals while they equal the target's argmax); otherwise both sides
-    follow the same policy (temperature, top-k) and the acceptance test keeps or resamples (verify_batch's
-    rule), so the output is distributed exactly as the target's under that policy. Each round is logged in `log`.
+    follow the same policy (temperature, top-k) and the acceptance test keeps or resamples (decoding.verifier:
+    verify_batch's token rule, or block verification), so the output is distributed exactly as the target's
+    under that policy. Each round is logged in `log`.
     """
     n_new = check_int("n_new", n_new, minimum=1)
     k = check_int("k", k, minimum=1)

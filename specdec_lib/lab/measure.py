@@ -7,24 +7,29 @@ The terms are the decoders' own phases, timed on caches filled to a real context
 so c_d = D(k) / (k T_1) and c_v(k) = V(k) / T_1. E[N(k)] is the tokens per round of real speculative
 runs, and the measured speedup is their tokens per second over plain decoding's, on the same prompts.
 What a real round costs beyond D(k) + V(k) (the draft's catch-up, committing tokens, timers) is O(k).
+The terms are timed with the token rule; another verifier (block verification) can decode the same pairs
+beside it (MeasurePlan.beside), for its own E[N] and measured speedup against the same plain runs.
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from .._checks import check_int
 from ..telemetry import SpecDecodeLog
+from ..verification import METHODS
 from .drafters import NeuralDraft, as_drafter
 from .generation import Decoding, decode_step, generate_plain, generate_speculative, verify_round
-from .speedup_table import SpeedupTable
+from .speedup_table import PairTerms, SpeedupTable, VerifierRun, VerifierTotals, summarize
 from .steps import check_policy, prefill, sync
 
-__all__ = ["SpeedupTable", "MeasurePlan", "measure_speedup", "time_terms", "time_catch_up", "median_times"]
+__all__ = ["SpeedupTable", "VerifierRun", "MeasurePlan", "measure_speedup", "time_terms", "time_catch_up",
+           "median_times"]
 
 
 def median_times(fns, reps: int, device_of: torch.Tensor, before=None) -> list[float]:
@@ -138,58 +143,26 @@ def time_catch_up(draft, context: torch.Tensor, k: int, reps: int = 50, *, tempe
 @dataclass(frozen=True)
 class MeasurePlan:
     """How much measure_speedup decodes and times: n_new tokens per decode, repeats of every (prompt, k) pair,
-    reps calls of each timed term per pair, and the seed of the decodes' draws."""
+    reps calls of each timed term per pair, the seed of the decodes' draws, and the verifiers (other than the
+    token rule, e.g. ("block",)) that decode each pair's prompt too, beside the token rule."""
 
     n_new: int = 64
     repeats: int = 5
     reps: int = 5
     seed: int = 0
+    beside: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in ("n_new", "repeats", "reps"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("seed", self.seed, minimum=0)
-
-
-@dataclass
-class _Totals:
-    """One repeat's speculative runs at one k: tokens, rounds, and their time in plain-token times of each pair."""
-
-    tokens: int = 0
-    rounds: int = 0
-    time: float = 0.0  # sum over pairs of (draft + verify seconds) / (the same pair's plain seconds per token)
-
-    def add(self, spec: SpecDecodeLog, plain_token: float) -> None:
-        s = spec.summary()
-        self.tokens += s.tokens
-        self.rounds += s.rounds
-        self.time += (s.draft_time + s.verify_time) / plain_token
-
-    @property
-    def speed(self) -> float:
-        """Tokens per plain-token time: this repeat's measured speedup."""
-        return self.tokens / self.time
-
-    @property
-    def round_cost(self) -> float:
-        """A round, in plain-token times."""
-        return self.time / self.rounds
-
-
-@dataclass
-class _PairTerms:
-    """Per pair, the timed terms: T_1, and c_d(k), c_v(k) by k, and the plain loop's step in T_1."""
-
-    T_1: list[float] = field(default_factory=list)
-    c_d: dict[int, list[float]] = field(default_factory=dict)
-    c_v: dict[int, list[float]] = field(default_factory=dict)
-    plain_step: list[float] = field(default_factory=list)
-
-    def add(self, k: int, T_1: float, D: float, V: float, plain_token: float) -> None:
-        self.T_1.append(T_1)
-        self.c_d.setdefault(k, []).append(D / (k * T_1))
-        self.c_v.setdefault(k, []).append(V / T_1)
-        self.plain_step.append(plain_token / T_1)
+        if isinstance(self.beside, str) or not isinstance(self.beside, (tuple, list)):
+            raise TypeError(f"beside must be a tuple of verifier names, got {type(self.beside).__name__}")
+        others = tuple(m for m in METHODS if m != "token")
+        if any(v not in others or self.beside.count(v) > 1 for v in self.beside):
+            raise ValueError(f"beside must name verifiers other than the token rule, each once, from "
+                             f"{', '.join(map(repr, others))}; got {tuple(self.beside)!r}")
+        object.__setattr__(self, "beside", tuple(self.beside))
 
 
 def _seconds_per_token(log: SpecDecodeLog) -> float:
@@ -209,6 +182,8 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, plan: MeasurePlan
     over its speculative time counted in each pair's own plain time per token (a tokens/s ratio over
     every prompt, immune to drift between pairs); the table gives the median over plan.repeats and their
     range. Greedy by default (temperature 0); otherwise both decoders sample under (temperature, top_k).
+    Each verifier in plan.beside decodes the pair's prompt too, right after the token rule (before it in odd
+    repeats, so drift favours neither), and its E[N] and measured speedup are the table's `beside` runs.
     draft is a drafter (sd.lab.NeuralDraft, sd.lab.TableDraft, sd.lab.PromptLookupDraft) or a draft model.
     on_pair(), when given, is called after each of the repeats x len(prompts) x len(ks) pairs (a progress bar).
     """
@@ -228,9 +203,9 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, plan: MeasurePlan
     context = torch.cat([prompts[0], generate_plain(target, prompts[0], max(1, n_new // 2))])  # a real context
     policy = "greedy" if temperature == 0 else f"sample (top_k={top_k})"
     decoding = Decoding(temperature, top_k, torch.Generator(device=prompts[0].device).manual_seed(plan.seed))
-    terms = _PairTerms()
-    totals = [{k: _Totals() for k in ks} for _ in range(plan.repeats)]  # per repeat and k
-    logs = {k: SpecDecodeLog(k=k, policy=policy, temperature=temperature) for k in ks}
+    terms = PairTerms()
+    verifiers = ("token", *plan.beside)
+    runs = {v: VerifierTotals(ks, plan.repeats, policy, temperature) for v in verifiers}  # totals and logs
     for r in range(plan.repeats):
         for i, p in enumerate(prompts):
             for k in ks:
@@ -238,30 +213,13 @@ def measure_speedup(target, draft, prompts, ks=range(1, 9), *, plan: MeasurePlan
                                              top_k=top_k, seed=plan.seed + r * len(prompts) + i)
                 plain = SpecDecodeLog(k=0, policy=policy, temperature=temperature)
                 generate_plain(target, p, n_new, decoding=decoding, log=plain)
-                spec = SpecDecodeLog(k=k, policy=policy, temperature=temperature)
-                generate_speculative(target, draft, p, n_new, k, decoding=decoding, log=spec)
-                logs[k].merge(spec)
                 plain_token = _seconds_per_token(plain)
-                totals[r][k].add(spec, plain_token)
+                for v in verifiers if r % 2 == 0 else verifiers[::-1]:
+                    spec = SpecDecodeLog(k=k, policy=policy, temperature=temperature)
+                    generate_speculative(target, draft, p, n_new, k, log=spec,
+                                         decoding=dataclasses.replace(decoding, verifier=v))
+                    runs[v].add(r, k, spec, plain_token)
                 terms.add(k, T_1, D, V, plain_token)
                 if on_pair is not None:
                     on_pair()
-    return _table(ks, terms, totals, logs, draft=draft.name, pairs=plan.repeats * len(prompts))
-
-
-def _table(ks: list[int], terms: _PairTerms, totals: list[dict[int, _Totals]], logs: dict[int, SpecDecodeLog], *,
-           draft: str, pairs: int) -> SpeedupTable:
-    """The SpeedupTable of the timed terms, the per-repeat totals and the merged logs."""
-    med = statistics.median
-    c_d, c_v = [med(terms.c_d[k]) for k in ks], [med(terms.c_v[k]) for k in ks]
-    summaries = {k: logs[k].summary() for k in ks}
-    e_n = [summaries[k].tokens / summaries[k].rounds for k in ks]
-    predicted = [e / (k * cd + cv) for e, k, cd, cv in zip(e_n, ks, c_d, c_v)]
-    speed = [[rep[k].speed for rep in totals] for k in ks]  # per k and repeat: tokens per plain-token time
-    rounds = [[rep[k].round_cost for rep in totals] for k in ks]  # per k and repeat: a round, in plain tokens
-    overhead = [med(rd) - (k * cd + cv) for rd, k, cd, cv in zip(rounds, ks, c_d, c_v)]
-    return SpeedupTable(ks=ks, T_1=med(terms.T_1), c_d=c_d, c_v=c_v, e_n=e_n,
-                        alpha=summaries[ks[-1]].conditional_acceptance, predicted=predicted,
-                        measured=[med(sp) for sp in speed], measured_range=[(min(sp), max(sp)) for sp in speed],
-                        overhead=overhead, plain_step=med(terms.plain_step),
-                        T_1_range=(min(terms.T_1), max(terms.T_1)), repeats=len(totals), pairs=pairs, draft=draft)
+    return summarize(ks, terms, runs, draft=draft.name, pairs=plan.repeats * len(prompts))

@@ -5,9 +5,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_generator, check_int, check_real
+from .._checks import check_choice, check_generator, check_int, check_real
+from ..verification import METHODS
 
-__all__ = ["Decoding", "GREEDY", "check_policy", "policy_probs", "pick", "prefill", "sync"]
+__all__ = ["Decoding", "GREEDY", "check_policy", "check_verifier", "policy_probs", "pick", "prefill", "sync"]
 
 
 def check_policy(temperature, top_k) -> tuple[float, int | None]:
@@ -18,18 +19,25 @@ def check_policy(temperature, top_k) -> tuple[float, int | None]:
     return temperature, top_k
 
 
+def check_verifier(verifier, name: str = "verifier") -> str:
+    """verifier, one of specdec_lib.verification.METHODS ("token": the token rule; "block": block verification)."""
+    return check_choice(name, verifier, METHODS)
+
+
 @dataclass(frozen=True)
 class Decoding:
-    """How a decoder picks tokens: the sampling policy (temperature >= 0, 0 is greedy; top_k >= 1 or None) and
-    the generator of its draws (None: torch's global one)."""
+    """How a decoder picks tokens: the sampling policy (temperature >= 0, 0 is greedy; top_k >= 1 or None), the
+    generator of its draws (None: torch's global one) and the verifier of a speculative round (METHODS)."""
 
     temperature: float = 0.0
     top_k: int | None = None
     generator: torch.Generator | None = None
+    verifier: str = "token"
 
     def __post_init__(self):
         check_policy(self.temperature, self.top_k)
         check_generator(self.generator)
+        check_verifier(self.verifier)
 
     def kwargs(self) -> dict:
         """temperature=, top_k=, generator= for the phases that take them (decode_step, a drafter's propose)."""

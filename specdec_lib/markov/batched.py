@@ -28,7 +28,7 @@ from .registry import MODES, make_decoder
 from .spec import Decoder, DecoderSpec
 
 __all__ = ["POST_MODES", "DECODER_MODES", "Tables", "cdf_table", "draw", "accept_table", "residual_table", "tables",
-           "Round", "run_round", "decode_markov", "decode_tables"]
+           "Round", "run_round", "run_block_round", "decode_markov", "decode_tables"]
 
 POST_MODES = ("correct", "bad_draft", "mismatched_q", "phantom_history", "off_by_one")  # the post's five decoders
 DECODER_MODES = {name: MODES[name].description for name in POST_MODES}
@@ -185,6 +185,21 @@ def run_round(spec: DecoderSpec, t: Tables, s, d0, k: int, u, k_row=None, lookup
     return Round(proposals=props, token=nxt, where=where, accepted=accepted, last_proposal=last_prop, drafted=count)
 
 
+def run_block_round(dec: Decoder, t: Tables, s, k: int, u) -> Round:
+    """A block verifier's round for m sequences in state s (m,): the proposals run_round drafts, judged together by
+    u[k..2k-1] (semantics.block_round), then the token after the kept ones read with u[2k], as decode_one does."""
+    d = [s]
+    for j in range(k):  # 1. draft k proposals, each from the draft's row at the token before it
+        d.append(draw(t.draft, d[j], u[j]))
+    states = torch.stack(d, 1)  # (m, k+1)
+    # 2-3. the joint test, and the weights of the token after the kept proposals
+    tau, weights = sem.block_round(dec.spec, dec.target.double()[states], dec.ratio.double()[states[:, :k]],
+                                   states[:, 1:], u[k:2 * k].T)
+    nxt = (cdf_table(weights) <= u[2 * k][:, None]).sum(-1)  # the inverse-CDF draw: entries <= u
+    return Round(proposals=d[1:], token=nxt, where=tau, accepted=tau, last_proposal=d[-1],
+                 drafted=torch.full_like(s, k))
+
+
 def decode_markov(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int, num_samples: int,  # noqa: PLR0913 (the Markov engines' one shared signature)
                   mode: str = "correct", generator: torch.Generator | None = None,
                   Q_bad: torch.Tensor | None = None, temperature: float = 1.0, top_k: int | None = None,
@@ -230,7 +245,10 @@ def decode_tables(dec: Decoder, t: Tables, *, num_samples: int, generator: torch
         if spec.proposer == "ngram":  # each row's committed text: the start token, then buf up to column at - 1
             full_seq = torch.cat([torch.full((ids.numel(), 1), dec.start), buf[ids]], 1)  # (m, 1 + W)
             lookup = ngram_proposals_batch(full_seq, at, k_row, k, spec.ngram_match)
-        r = run_round(spec, t, last, d0, k, u, k_row=k_row if spec.adaptive else None, lookup=lookup)
+        if spec.verifier != "token":  # block verification: the whole block judged together
+            r = run_block_round(dec, t, last, k, u)
+        else:
+            r = run_round(spec, t, last, d0, k, u, k_row=k_row if spec.adaptive else None, lookup=lookup)
         r.write(buf, ids, at)
         if log is not None:  # a round that runs past the horizon retires only the tokens that land inside it
             log.record_rounds(r.accepted, emitted=torch.minimum(r.accepted + 1, horizon - at))

@@ -11,6 +11,8 @@ one; its tables are built once per decoder (`Laws`). A branch's mass is the prod
   accept it:                          a = acc[r][c][y]           semantics.acceptance (min(1, p(y) / q(y)))
   reject it, then emit z:             (1 - a) * fix[r][c][y][z]  semantics.rejection_law
   after k acceptances, the bonus z:   bonus[y_k][z]             semantics.bonus_row (p_{k+1})
+
+A block verifier's round is not a walk slot by slot: block_round.py tabulates its outcomes from each state.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import NamedTuple
 import torch
 
 from . import semantics as sem
+from .block_round import block_outcomes, walk_block
 from .draft_rules import ngram_proposals
 from .registry import make_decoder
 from .spec import Decoder
@@ -65,6 +68,7 @@ class Laws:
     bonus: list  # bonus[y_k][z]: the bonus token's law after a full block
     ahead: list  # ahead[steps][i][j]: the draft's state after `steps` more proposals (a stale cache)
     drafted: list | None  # _drafted: expected drafts under a confidence stop
+    block: list | None = None  # block_round.BlockOutcomes from each state, for a block verifier
 
     @classmethod
     def of(cls, dec: Decoder) -> Laws:
@@ -77,7 +81,8 @@ class Laws:
         rows = propose.tolist()
         return cls(dec, p.tolist(), rows, _rows(dec.draft).tolist(), acc.tolist(), fix.tolist(), bonus.tolist(),
                    [] if spec.adaptive else _ahead(propose, dec.k),
-                   _drafted(rows, dec.k, spec.confidence) if spec.stop == "confidence" else None)
+                   _drafted(rows, dec.k, spec.confidence) if spec.stop == "confidence" else None,
+                   block_outcomes(spec, p, q, propose, dec.k) if spec.verifier != "token" else None)
 
 
 class FrontierKey(NamedTuple):
@@ -128,6 +133,9 @@ class RoundWalk:
         st.rounds += mass
         st.plain += mass * (self.m == 0)
         st.drafted += mass * (self.laws.drafted[kr][d0] if self.laws.drafted is not None else self.m)
+        if self.laws.block is not None:  # a block verifier: the round's outcomes from s, tabulated once
+            walk_block(self, seq, s, mass)
+            return
         self.slot(seq, 0, (s, d0, sem.ratio_state(spec, d0, s)), mass)
 
     def settle(self, seq: tuple, tail: dict, mass: float, k_next: int) -> None:

@@ -118,6 +118,15 @@ class Hooks:
         """The token a rejection of y emits: the residual draw (reading the uniform semantics says)."""
         return inverse_cdf(self.fix[row][qctx][y], sem.fix_uniform(self.dec.spec, u_test, u_fix))
 
+    def block(self, last: int, k: int, u: list[float]) -> list[int]:
+        """A block verifier's round: k proposals judged together by u[k..2k-1] (semantics.block_round), then the
+        token after the kept ones, drawn with u[2k]: the tokens it commits."""
+        props, states = self.proposals([], last, k, u)
+        target, ratio = self.dec.target.double(), self.dec.ratio.double()
+        tau, weights = sem.block_round(self.dec.spec, target[states], ratio[states[:-1]],
+                                       torch.tensor(props, dtype=torch.long), torch.tensor(u[k:2 * k]))
+        return props[:int(tau)] + [inverse_cdf(weights.tolist(), u[2 * k])]
+
 
 def decode_one(dec: Decoder, uniforms, hooks: Hooks | None = None) -> list[int]:
     """One sequence of dec.horizon tokens from the decoder `dec`; uniforms(n) returns the next n U(0, 1) floats.
@@ -127,6 +136,10 @@ def decode_one(dec: Decoder, uniforms, hooks: Hooks | None = None) -> list[int]:
     last = before = draft_last = dec.start  # the Markov state, the token before it, where the draft's cache is
     while len(seq) < dec.horizon:
         u = uniforms(2 * k + 1 + spec.phantom)
+        if spec.verifier != "token":  # block verification: steps 1-4 as one joint test of the block
+            seq += hooks.block(last, k, u)
+            last = seq[-1]
+            continue
         # 1. draft: up to k proposals, from the draft's state (a lookup copies them from the text)
         props, states = hooks.proposals([dec.start] + seq, sem.draft_state(spec, last, before, draft_last), k, u)
         # 2. verify left to right; the first rejection ends the block

@@ -20,8 +20,8 @@ __all__ = ["Origin", "Chapter", "RESAMPLE", "FailureMode", "MODES", "failure_mod
 
 Origin = Literal["paper", "public code", "the post", "the course"]
 ORIGINS: tuple[str, ...] = Origin.__args__  # where a registered decoder comes from
-Chapter = Literal["field guide", "bending the rules", "sampling surface"]
-# the part of the course an entry belongs to: 02b | 07 | the sampling surface (issue 25; no notebook yet)
+Chapter = Literal["field guide", "bending the rules", "sampling surface", "optimal verification"]
+# the part of the course an entry belongs to: 02b | 07 | the sampling surface (issue 25; no notebook yet) | 08
 CHAPTERS: tuple[str, ...] = Chapter.__args__
 RESAMPLE = ("argmax", "typical")  # typical acceptance's token after the prefix: Medusa fast=True | fast=False
 
@@ -36,7 +36,7 @@ class FailureMode:
     spec: DecoderSpec = field(default_factory=DecoderSpec)
     exact: bool = False  # True: only speed is lost (the output distribution stays the target's)
     origin: Origin = "public code"  # paper (the correct decoder) | public code | the post | the course
-    chapter: Chapter = "field guide"  # field guide (02b) | bending the rules (07) | sampling surface
+    chapter: Chapter = "field guide"  # field guide (02b) | bending the rules (07) | sampling surface | optimal ... (08)
     options: tuple[str, ...] = ()  # what a caller may set by name (make_decoder's options=)
 
     def __post_init__(self) -> None:
@@ -138,7 +138,23 @@ _SURFACE = [
                 DecoderSpec(policy=(("min_p", 0.3),), policy_on_target=False, bonus="processed_target"),
                 chapter="sampling surface"),
 ]
-MODES: dict[str, FailureMode] = {m.name: m for m in _MODES + _BENDING + _SURFACE}
+_ASCEND = "vllm-project/vllm-ascend"
+_OPTIMAL = [
+    FailureMode("block_verification", "the k proposals judged together: row i passes with h_i, the last passing row "
+                "wins, then max(p_tau P - Q, 0) (never fewer tokens than the token rule, still exact)",
+                "Sun, Mendlovic, Leviathan, Aharoni, Beirami, Ro, Suresh, Block Verification Accelerates Speculative "
+                "Decoding (ICLR 2025, arXiv 2403.10444); public implementation: vllm-project/vllm "
+                "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py @ 02e318b (Model Runner V2, "
+                "rejection_sample_method='block', PR #46781)", DecoderSpec(verifier="block"), exact=True,
+                origin="paper", chapter="optimal verification"),
+    FailureMode("block_verification_naive", "block verification as first shipped: p_i kept, but row i passes iff the "
+                "running product of the uniforms is <= p_i (no h_i), then the ordinary residual max(P - Q, 0)",
+                f"{_ASCEND} vllm_ascend/ops/triton/reject_sample.py rejection_random_sample_block_verify_kernel "
+                "@ 66d966b (shipped in PR #5542 @ 8763953, fixed by PR #7808 @ 2f4d55e, issue #7807; first proposed "
+                "in PR #3794); vllm_ascend/sample/rejection_sampler.py took this path only for max_spec_len >= 3 "
+                "(modelled here at every k)", DecoderSpec(verifier="block_naive"), chapter="optimal verification"),
+]
+MODES: dict[str, FailureMode] = {m.name: m for m in _MODES + _BENDING + _SURFACE + _OPTIMAL}
 
 
 def failure_modes(chapter: str | None = "field guide") -> list[FailureMode]:

@@ -33,18 +33,24 @@ bonus              target|draft       after a full block the bonus is drawn from
                    argmax|typical     ... argmax of the target row | its typical restriction
                    processed_target   ... the target row with spec.policy applied (when the rows that judge lack it)
 schedule           fixed | hf         next k: unchanged | k + 2 after a full block, k - 1 otherwise, in [k_min, k_max]
+verifier           token              each proposal is tested in turn (the fields above); the first failure ends it
+                   block              block verification (block_verification.py): the k proposals judged together
+                   block_naive        ... as vllm-ascend shipped it: running-product coins, the ordinary residual
 """
 from __future__ import annotations
 
 import torch
 
+from ..block_verification import BlockWeights, block_residual, block_tau, block_weights, tau_law
 from ..policy import policy_table
 from .draft_rules import typical_threshold
 
 __all__ = ["DRAFT_CONTEXTS", "JUDGES", "RATIO_CONTEXTS", "ACCEPTANCES", "TARGET_ONLY", "RESIDUALS",
-           "RESIDUAL_UNIFORMS", "BONUSES", "SCHEDULES", "SGLANG_ACC_FLOOR", "draft_state", "judge_row", "ratio_state",
+           "RESIDUAL_UNIFORMS", "BONUSES", "SCHEDULES", "VERIFIERS", "SGLANG_ACC_FLOOR", "draft_state", "judge_row",
+           "ratio_state",
            "acceptance", "threshold_accept", "typical_keep", "residual_weights", "match_law", "reused_law",
-           "rejection_law", "bonus_row", "fix_uniform", "next_k", "argmax_rows", "typical_rows"]
+           "rejection_law", "bonus_row", "fix_uniform", "next_k", "argmax_rows", "typical_rows",
+           "block_round", "block_law"]
 
 SGLANG_ACC_FLOOR = 1e-9  # SGLang's launcher divides by max(threshold_acc, 1e-9)
 
@@ -227,3 +233,31 @@ SCHEDULES = {  # (spec, k, accepted, drafted) -> next k; ints or tensors (a fixe
 def next_k(spec, k, *, accepted, drafted):
     """The next round's k: unchanged for a fixed schedule; transformers' heuristic within [k_min, k_max]."""
     return SCHEDULES[spec.schedule](spec, k, accepted, drafted)
+
+
+# --- how a block is verified: token by token (everything above), or jointly ----------------------------------------
+VERIFIERS = {  # (p_rows (..., k+1, V), q_rows (..., k, V), proposals (..., k)) -> BlockWeights; None: token by token
+    "token": None,
+    "block": lambda p_rows, q_rows, x: block_weights(p_rows, q_rows, x),
+    "block_naive": lambda p_rows, q_rows, x: block_weights(p_rows, q_rows, x, naive=True),
+}
+
+
+def block_round(spec, p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor, eta: torch.Tensor):
+    """A block round read off its uniforms eta (..., k): (tau (...,) the drafts kept, weights (..., V) of the token
+    after them, unnormalised). p_rows: the target's rows before each proposal and after the last; q_rows: the q's."""
+    naive = spec.verifier == "block_naive"
+    weights = VERIFIERS[spec.verifier](p_rows, q_rows, proposals)
+    tau = block_tau(weights, eta, naive=naive)
+    return tau, block_residual(p_rows, q_rows, weights, tau, naive=naive)
+
+
+def block_law(spec, p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor):
+    """The exact law of a block round given its proposals: (P(tau = i) (..., k+1), the law (..., k+1, V) of the
+    token after i kept drafts)."""
+    naive = spec.verifier == "block_naive"
+    w = VERIFIERS[spec.verifier](p_rows, q_rows, proposals)
+    every = BlockWeights(p=w.p[..., None, :], h=w.h[..., None, :])  # one copy per value of tau
+    res = block_residual(p_rows[..., None, :, :], q_rows[..., None, :, :], every, torch.arange(proposals.shape[-1] + 1),
+                         naive=naive)
+    return tau_law(w.h), res / res.sum(-1, keepdim=True)

@@ -17,7 +17,7 @@ from ..policy import policy_table
 from . import semantics
 from .semantics import TARGET_ONLY, acceptance
 
-__all__ = ["DecoderSpec", "Decoder", "spec_tables", "target_only_accept", "Table", "TARGET_ONLY"]
+__all__ = ["DecoderSpec", "Decoder", "spec_tables", "target_only_accept", "Table", "TARGET_ONLY", "BLOCK_NEEDS"]
 
 Table = Literal["Q", "Q_bad", "argmax_Q", "top2_Q"]
 # the fields whose values semantics.py defines: their types are its dicts' keys (add a value there, once)
@@ -29,6 +29,11 @@ Residual = Literal[tuple(semantics.RESIDUALS)]
 ResidualUniform = Literal[tuple(semantics.RESIDUAL_UNIFORMS)]
 Bonus = Literal[tuple(semantics.BONUSES)]
 Schedule = Literal[tuple(semantics.SCHEDULES)]
+Verifier = Literal[tuple(semantics.VERIFIERS)]
+# what a block verifier replaces: the token rule's tests, residual, bonus and an unchanged one-model draft of k
+BLOCK_NEEDS = {"acceptance": "ratio", "judge": "aligned", "residual": "normalised", "residual_uniform": "fresh",
+               "bonus": "target", "keep_rejected": False, "verify_first": True, "phantom": False, "schedule": "fixed",
+               "stop": "never", "proposer": "model", "draft_context": "committed"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class DecoderSpec:
     residual: Residual = "normalised"
     residual_uniform: ResidualUniform = "fresh"  # reused: the rejected slot's acceptance uniform
     bonus: Bonus = "target"  # after a full block: P | Q | argmax P | typical
+    # token: each proposal tested in turn | block: block verification | block_naive: vllm-ascend's shipped port
+    verifier: Verifier = "token"
     keep_rejected: bool = False  # the rejected proposal stays in the output before the correction
     phantom: bool = False  # an unverified draft token is appended after every round
     policy: tuple = ()  # the request's sampling policy, e.g. (("top_p", 0.8),)
@@ -88,6 +95,8 @@ class DecoderSpec:
             raise ValueError(f"DecoderSpec.k_max must be >= k_min = {k_min}, got {self.k_max}")
         if self.adaptive and (self.draft_context != "committed" or self.phantom):
             raise ValueError("an adaptive or n-gram draft needs draft_context='committed' and phantom=False")
+        if self.verifier != "token":
+            _check_block_spec(self)
 
     @property
     def bent(self) -> bool:
@@ -99,6 +108,14 @@ class DecoderSpec:
     def adaptive(self) -> bool:
         """True when a round's proposals are not k draws from a table: a schedule, a stopping rule or a lookup."""
         return (self.schedule, self.stop, self.proposer) != ("fixed", "never", "model")
+
+
+def _check_block_spec(spec: DecoderSpec) -> None:
+    """A block verifier judges the whole block itself: the fields it replaces must keep the token rule's defaults."""
+    for name, value in BLOCK_NEEDS.items():
+        if getattr(spec, name) != value:
+            raise ValueError(f"DecoderSpec.{name} must be {value!r} with verifier={spec.verifier!r} (a block verifier "
+                             f"replaces the token rule's test, residual and bonus); got {getattr(spec, name)!r}")
 
 
 def target_only_accept(spec: DecoderSpec, P: torch.Tensor) -> torch.Tensor:

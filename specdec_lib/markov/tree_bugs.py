@@ -73,7 +73,7 @@ def eagle1_step_law(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, repeat
     fallback[x]: every test rejected and x drawn from the last residual. The tests run children last-drawn first,
     each `repeats` times (the leaves below it), unless rows_fixed: drawn order, once each, which is rrs.
     """
-    X, weight = draft_outcomes(q, num_drafts, "without")  # (K, k) the children in drawn order, (K,) their probability
+    X, weight = draft_outcomes(q, num_drafts, "without_replacement")  # (K, k) children in drawn order, (K,)
     K, V = X.shape[0], p.numel()
     q_c, q_i = [], q.repeat(K, 1)  # q_c[c]: (K, V) q without children 0..c-1, renormalised: what child c is drawn from
     for x in X.T:
@@ -105,7 +105,7 @@ def eagle1_tree_law(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: in
     ver, V = EAGLE1_VERSIONS[version], P.shape[0]
     tables, (first, late) = [], (None, None)
     for j, w in enumerate(widths):
-        count = max(count_outcomes(Q[s], w, "without") for s in range(V))
+        count = max(count_outcomes(Q[s], w, "without_replacement") for s in range(V))
         if count * V * V > MAX_TABLE:
             raise ValueError(f"widths holds {w}, which gives {count} draft outcomes at one node and a table of "
                              f"{count * V * V} numbers; this law holds at most {MAX_TABLE}: use smaller widths")

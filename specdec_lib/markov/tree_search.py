@@ -30,7 +30,7 @@ import torch
 from .._checks import check_int, check_real, check_widths
 from ..cost import CostV, c_v_at
 from ..multidraft import MAX_TABLE
-from ..multidraft_rules import Stages, Walk, count_outcomes, node_outcomes
+from ..multidraft_rules import Hub, KSeq, Stages, Walk, count_outcomes, node_outcomes
 from .tree import check_tree
 from .tree_cost import DEFAULT_SEARCH, TreeSearch, check_search
 
@@ -136,6 +136,9 @@ def stage_laws(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: S
 def stage_table(P: torch.Tensor, Q: torch.Tensor, width: int, v: Stages | Walk) -> torch.Tensor:
     """a (width, V, V): a[i, s, x] = P(at state s, the stage-i draft is kept and is x); a k-child node uses a[:k]."""
     V = P.shape[0]
+    if isinstance(v, (KSeq, Hub)):  # K-SEQ's rho and SpecHub's pair depend on the node's number of children
+        raise ValueError(f"{type(v).__name__} verifiers test with coins fixed by the whole draft tuple, so a node's "
+                         "stage laws depend on its number of children: use tree_law with uniform widths")
     count = max(count_outcomes(Q[s], width, v.draws) for s in range(V))
     if count * V > MAX_TABLE:
         raise ValueError(f"a node of {width} children has {count} draft outcomes, a table of {count * V} numbers; "

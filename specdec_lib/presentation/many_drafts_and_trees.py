@@ -88,7 +88,8 @@ def plot_rule_view(*, pair: str = "the post's pair", num_drafts: int = 3, rule: 
     """One rule at num_drafts drafts: its exact law against p (left), its acceptance among every rule's (right)."""
     p, q = PAIRS[check_choice("pair", pair, tuple(PAIRS))]
     n = check_int("num_drafts", num_drafts, minimum=1)
-    law = multidraft_law(p, q, num_drafts=n, rule=check_choice("rule", rule, tuple(RULES)))
+    n = min(n, RULES[check_choice("rule", rule, tuple(RULES))].max_drafts or n)  # SpecHub draws two at most
+    law = multidraft_law(p, q, num_drafts=n, rule=rule)
     tv = total_variation(law, f64(p))
     fig, (left, right) = new_figure(2, width=11.0, height=3.8)
     tokens = list(range(p.numel()))
@@ -198,7 +199,8 @@ def tree_explorer(*, w1: int = 3, w2: int = 2, w3: int = 1, rule: str = "rrs", c
     controls = {"w1": widgets.IntSlider(value=w1, min=1, max=4, description="w1"),
                 "w2": widgets.IntSlider(value=w2, min=0, max=3, description="w2"),
                 "w3": widgets.IntSlider(value=w3, min=0, max=3, description="w3"),
-                "rule": widgets.Dropdown(options=list(RULES), value=rule, description="rule"),
+                "rule": widgets.Dropdown(options=[r for r in RULES if RULES[r].max_drafts is None], value=rule,
+                                         description="rule"),  # SpecHub's pair fits no width of 3 or 4
                 "c_d": widgets.FloatSlider(value=c_d, min=0.0, max=0.5, step=0.01, description="c_d")}
 
     def render(w1: int, w2: int, w3: int, rule: str, c_d: float):

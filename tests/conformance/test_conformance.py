@@ -22,7 +22,9 @@ from specdec_lib.conformance import (
     power,
     target_law,
 )
+from specdec_lib.conformance.bugs import BLOCK_VERIFIERS
 from specdec_lib.conformance.cli import main
+from specdec_lib.markov.registry import MODES
 
 BUGS = [kv for kv in known_verifiers() if not kv.exact]
 EXACT = [kv for kv in known_verifiers() if kv.exact]
@@ -33,7 +35,8 @@ def test_known_verifiers_are_the_field_guide_bugs_by_name():
     guide = {m.name for m in sd.failure_modes()}
     wanted = {"softmax_residual", "target_on_reject", "reused_uniform", "single_token_residual", "off_by_one",
               "bonus_from_draft", "mismatched_q", "rejected_kept", "first_unverified"}
-    assert wanted <= guide and names == wanted | {"correct", "tempting", "match_acceptance"}
+    assert wanted <= guide and names == wanted | {"correct", "tempting", "match_acceptance"} | set(BLOCK_VERIFIERS)
+    assert set(BLOCK_VERIFIERS) == {"block_verification", "block_verification_naive"} <= set(MODES)
 
 
 def test_exact_laws_are_laws_and_exact_rules_complete_to_the_target():
@@ -51,7 +54,7 @@ def test_every_bug_is_far_enough_off_to_be_caught(kv):
     # the power promise covers TV >= epsilon on some case; each bug clears it with room (the smallest is 0.1998)
     worst = max(sd.total_variation(complete(block_law(kv.spec, c.p_rows, c.q_rows), c.p_rows), target_law(c.p_rows))
                 for c in battery())
-    assert worst >= 0.19 > power(battery()[0], cases=8).detectable
+    assert worst >= 0.19 > power(battery()[0], cases=len(battery())).detectable
 
 
 @pytest.mark.stat
@@ -86,9 +89,11 @@ def test_each_sampler_lands_on_its_own_exact_law(kv):
 def test_verify_block_passes_and_the_report_reads():
     report = assert_conformant(sd.verify_block)  # the per-block convention, block by block (about 7 s)
     text = str(report)
-    assert report.passed and "PASSED: all 8 cases" in text and "0.15 TV" in text and "<= 0.001" in text
+    assert report.passed and "PASSED: all 9 cases" in text and "0.15 TV" in text and "<= 0.001" in text
     assert all(c.tv <= c.threshold and c.violations == 0 for c in report.cases)
-    assert [c.k for c in report.cases] == [1, 1, 1, 1, 2, 2, 3, 4]
+    assert [c.k for c in report.cases] == [1, 1, 1, 1, 2, 2, 2, 3, 4]
+    assert text.splitlines()[-1] == "PASSED: all 9 cases"  # the verdict stays last, after the efficiency lines
+    assert all(f"{c.name:18s} exact; keeps {c.kept:.2f}" in text for c in report.cases)
 
 
 def test_a_fixed_n_promises_no_power():

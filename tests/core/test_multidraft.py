@@ -10,13 +10,20 @@ import specdec_lib as sd
 from specdec_lib.multidraft import MAX_TABLE, RULES, MultiDraftRule, acceptance_table
 from specdec_lib.multidraft_rules import Stages, Walk
 
-EXACT = [r.name for r in sd.multidraft.multidraft_rules() if r.exact]
-WRONG = [r.name for r in sd.multidraft.multidraft_rules() if not r.exact]
+EVERY = sd.multidraft.multidraft_rules(None)  # Act V's rules (the default listing), then Act VI's
+EXACT = [r.name for r in EVERY if r.exact]
+WRONG = [r.name for r in EVERY if not r.exact]
 TWIN = {"walk_duplicate_siblings": "onehot_walk", "rrs_residual_next_q": "rrs", "rrs_original_q": "rrs",
-        "accept_first_pass": "mss"}  # the exact rule each wrong one is a corrupted copy of
+        "accept_first_pass": "mss", "spechub_code": "spechub"}  # the exact rule each wrong one is a corrupted copy of
+SHORTCUT = ("spechub_code",)  # wrong only where p(argmax q) > 1 - 1e-3: tests/core/test_multidraft_coupled.py
 NS = (1, 2, 3, 5)  # n = 5 is more drafts than q has tokens in four cases, and all five tokens of the post's q
 N = 200_000
 AGREE = [("post pair", 3), ("q zero where p > 0", 3)]  # n = 3 > the two tokens q gives mass to in the second
+
+
+def ns(rule, candidates=NS) -> list[int]:
+    """The candidate num_drafts the rule draws (spechub's pair: two at most)."""
+    return [n for n in candidates if n <= (RULES[rule].max_drafts or n)]
 
 
 def f64(x) -> torch.Tensor:
@@ -66,18 +73,27 @@ def sampled(rule, case, n):
 
 
 def test_registry():
-    rules = sd.multidraft.multidraft_rules()
-    assert [r.name for r in rules[:4]] == ["mss", "rrs", "onehot_sequential", "onehot_walk"]
-    assert set(EXACT) == {"mss", "rrs", "onehot_sequential", "onehot_walk"} and len(WRONG) >= 3
+    rules = sd.multidraft.multidraft_rules(None)
+    act5 = sd.multidraft.multidraft_rules()
+    assert [r.name for r in act5[:4]] == ["mss", "rrs", "onehot_sequential", "onehot_walk"] and len(act5) == 8
+    act6 = sd.multidraft.multidraft_rules("optimal verification")
+    assert [r.name for r in act6] == ["kseq", "spechub", "spechub_code"] and rules == act5 + act6
+    assert {r.chapter for r in act5} == {"many drafts"} and {r.chapter for r in act6} == {"optimal verification"}
+    with pytest.raises(ValueError, match="chapter must be one of 'many drafts', 'optimal verification'"):
+        sd.multidraft.multidraft_rules("act vi")
+    assert set(EXACT) == {"mss", "rrs", "onehot_sequential", "onehot_walk", "kseq", "spechub"} and len(WRONG) >= 3
     assert len(RULES) == len(rules) and set(TWIN) == set(WRONG)
     for r in rules:
         assert isinstance(r, MultiDraftRule) and r.description and r.reference
-        assert r.exact or "constructed" in r.reference, r.name  # no wrong rule is pinned on public code
+        # a wrong rule is constructed, or is public code as it runs, pinned at the commit read
+        assert r.exact or "constructed" in r.reference or "@" in r.reference, r.name
+    assert [r.name for r in rules if r.max_drafts is not None] == ["spechub", "spechub_code"]
+    assert [r.name for r in rules if not r.nested] == ["kseq", "spechub", "spechub_code"]
     with pytest.raises(dataclasses.FrozenInstanceError):
         rules[0].exact = False
     with pytest.raises(ValueError, match="residual must be one of 'q', 'q_i', 'q_next', 'onehot', 'none'"):
         Stages("iid", ratio="q", residual="p")
-    with pytest.raises(ValueError, match="draws must be one of 'iid', 'without', 'top'"):
+    with pytest.raises(ValueError, match="draws must be one of 'iid', 'without_replacement', 'top', 'hub'"):
         Walk("sorted")
 
 
@@ -85,7 +101,7 @@ def test_registry():
 @pytest.mark.parametrize("case", list(SUITE))
 @pytest.mark.parametrize("rule", list(RULES))
 def test_every_law_is_a_distribution(rule, case):
-    for n in NS:
+    for n in ns(rule):
         law, accept = exact(rule, case, n)
         assert law.dtype == torch.float64 and torch.isfinite(law).all() and (law >= 0).all()
         assert abs(law.sum().item() - 1) < 1e-12 and 0 <= accept <= 1 + 1e-12
@@ -95,7 +111,7 @@ def test_every_law_is_a_distribution(rule, case):
 @pytest.mark.parametrize("case", list(SUITE))
 @pytest.mark.parametrize("rule", EXACT)
 def test_exact_rules_emit_p(rule, case):
-    for n in NS:
+    for n in ns(rule):
         assert (exact(rule, case, n)[0] - SUITE[case][0]).abs().max().item() < 1e-12, (rule, case, n)
 
 
@@ -104,7 +120,7 @@ def test_one_draft_is_the_single_draft_rule(case):
     p, q = SUITE[case]
     beta = sd.overlap(p, q)
     single = torch.minimum(p, q) + (1 - beta) * sd.residual(p, q)  # Act I: keep min(p, q), the residual fills the rest
-    for rule in ("mss", "rrs"):
+    for rule in ("mss", "rrs", "kseq", "spechub"):  # K-SEQ's rho is 1 at one draft; SpecHub's pair is one draft
         law, accept = exact(rule, case, 1)
         assert (law - single).abs().max().item() < 1e-12 and abs(accept - beta) < 1e-12
     # one-hot verification keeps the top draft with probability p(argmax q), which is not the overlap in general
@@ -120,7 +136,7 @@ def test_walk_equals_sequential(case):
         assert (walk[0] - seq[0]).abs().max().item() < 1e-12 and abs(walk[1] - seq[1]) < 1e-12
 
 
-@pytest.mark.parametrize("rule", WRONG)
+@pytest.mark.parametrize("rule", [r for r in WRONG if r not in SHORTCUT])
 def test_wrong_rules_are_wrong(rule):
     worst = max(tv_from_p(rule, case, n) for case in SUITE for n in (2, 3))
     assert worst > 1e-3
@@ -134,7 +150,7 @@ def test_three_wrong_rules_are_exact_at_one_draft():
 
 
 @pytest.mark.stat
-@pytest.mark.parametrize("rule", WRONG)
+@pytest.mark.parametrize("rule", [r for r in WRONG if r not in SHORTCUT])
 def test_sampling_catches_each_wrong_rule(rule):
     # tv_bound(p, N): an exact sampler's N samples exceed it with probability < delta = 1e-6 (Jensen for the mean,
     # McDiarmid for the tail; see noise.tv_noise_bound), so that is the false-alarm rate of this test. A wrong rule
@@ -153,12 +169,13 @@ def test_sampling_catches_each_wrong_rule(rule):
 @pytest.mark.parametrize("rule", list(RULES))
 def test_sampler_agrees_with_exact_law(rule, case, n):
     # the same bound, now around the rule's own law: an honest sampler of any rule, exact or not, stays under it
+    n = ns(rule, (n,))[0] if ns(rule, (n,)) else RULES[rule].max_drafts
     law = exact(rule, case, n)[0]
     assert sd.total_variation(sampled(rule, case, n), law) < tv_bound(law, N)
 
 
 def test_acceptance_grows_with_n_on_the_post_pair():
-    accept = {rule: [exact(rule, "post pair", n)[1] for n in range(1, 7)] for rule in EXACT}
+    accept = {rule: [exact(rule, "post pair", n)[1] for n in ns(rule, range(1, 7))] for rule in EXACT}
     for rule, a in accept.items():
         assert all(later >= earlier - 1e-12 for earlier, later in zip(a, a[1:])), rule
     assert all(r >= m - 1e-12 for r, m in zip(accept["rrs"], accept["mss"]))  # without replacement never loses here
@@ -206,6 +223,9 @@ def test_argument_errors_name_the_argument():
         sd.sample_multidraft(p, q, num_drafts=2, num_samples=10.0, rule="mss")
     with pytest.raises(TypeError, match="generator must be a torch.Generator or None"):
         sd.sample_multidraft(p, q, num_drafts=2, num_samples=10, rule="mss", generator=0)
+    for fn in fns:
+        with pytest.raises(ValueError, match="rule 'spechub' draws at most 2 drafts .*'hub'.*num_drafts = 3"):
+            fn(p, q, 3, rule="spechub")
     with pytest.raises(ValueError, match=f"= 9 gives 1953125 draft outcomes .* 9765625 numbers.*{MAX_TABLE}"):
         sd.multidraft_law(p, q, num_drafts=9, rule="mss")
     # sampling needs no enumeration
@@ -215,7 +235,9 @@ def test_argument_errors_name_the_argument():
 def test_acceptance_table_is_every_rule_by_num_drafts():
     p, q = SUITE["post pair"]
     table = acceptance_table(p, q, max_drafts=3)
-    assert list(table) == list(RULES) and all(len(row) == 3 for row in table.values())
+    assert list(table) == [r.name for r in sd.multidraft.multidraft_rules()] and {len(r) for r in table.values()} == {3}
+    every = acceptance_table(p, q, max_drafts=3, chapter=None)
+    assert list(every) == list(RULES) and all(len(row) == min(3, RULES[r].max_drafts or 3) for r, row in every.items())
     assert table["rrs"][1] == sd.multidraft.multidraft_accept_probability(p, q, num_drafts=2, rule="rrs")
     with pytest.raises(ValueError, match="max_drafts must be >= 1"):
         acceptance_table(p, q, max_drafts=0)

@@ -2,7 +2,7 @@
 
 Every request that is not file:// is aborted and recorded; the test fails if any was attempted. Each page
 must show its widgets (sliders, dropdowns) rendered from saved state by the local html-manager, its figures
-as data:image/png images, and its math typeset by the local MathJax. The index must link the four pages in
+as data:image/png images, and its math typeset by the local MathJax. The index must link every page in
 order under each notebook's first heading. If _book/ is missing, the test builds it (`make e2e` builds it
 first).
 """

@@ -1,4 +1,5 @@
 """The batch regime's fit (c_v(k; B) by a line, best k per B) and `make measure`'s closing lines, parsed."""
+import dataclasses
 import importlib.util
 import pathlib
 import re
@@ -8,7 +9,7 @@ import torch
 
 import specdec_lib as sd
 from specdec_lib.lab.batch_cost import BatchCost, best_k_by_batch, fit_c_v, time_batched_passes
-from specdec_lib.lab.measure import SpeedupTable
+from specdec_lib.lab.measure import SpeedupTable, VerifierRun
 from specdec_lib.lab.transformer import CachedLM, LMConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -84,6 +85,18 @@ def _parse(lines):
     return out
 
 
+def test_block_lines_by_hand():
+    run = VerifierRun(verifier="block", e_n=[1.65, 1.98], measured=[1.0, 1.1], measured_range=[(1.0, 1.0)] * 2)
+    tables = [dataclasses.replace(_table("draft", [1, 2], [0.9, 0.8], [1.0, 0.8]), e_n=[1.5, 1.8], beside=(run,)),
+              _table("table", [1, 4], [1.2, 1.5], [1.2, 1.35])]
+    assert bench.block_lines(tables) == [
+        "block verification, draft (token rule -> block): k=1: E[N] 1.500 -> 1.650 (+10.0%), S 0.900 -> 1.000; "
+        "k=2: E[N] 1.800 -> 1.980 (+10.0%), S 0.800 -> 1.100",
+        "block verification, table: a one-hot draft, where it is the token rule (not run twice)"]
+    text = tables[0].table()  # the table prints the same pairs beside the token rule's columns
+    assert "block verification on the same pairs" in text and "  2  1.800   1.980  +10.0%   0.800   1.100" in text
+
+
 def test_final_lines_by_hand():
     tables = [_table("draft", [1, 2], [0.9, 0.8], [1.0, 0.8]), _table("table", [1, 4], [1.2, 1.5], [1.2, 1.35])]
     fits = [(1.0, 0.05), (1.2, 0.3)]
@@ -105,5 +118,11 @@ def test_make_measure_ends_with_the_five_lines(capsys):
     assert got["name"] in bench.DRAFTS and float(got["A"]) <= float(got["S"]) == float(got["B"])
     assert [b.split(": ")[0] for b in got["bk"].split(", ")] == ["B=1", "B=2"]
     assert sum(line.startswith("draft ") for line in lines) == len(bench.DRAFTS)  # one table per draft
+    beside = [line for line in lines if line.startswith("block verification, ")]  # the neural drafts, beside
+    assert [line.split(" ")[2] for line in beside] == ["draft", "draft_deep", "table:", "lookup:"]
+    assert beside[0].count("E[N]") == 2 and "one-hot draft" in beside[2]
+    assert sum("block verification on the same pairs" in line for line in lines) == 2  # in the two tables
     with pytest.raises(SystemExit):
         bench.main(["--drafts", "bogus"])
+    with pytest.raises(SystemExit):
+        bench.main(["--block-drafts", "table"])

@@ -1,9 +1,15 @@
-"""The lab's real transformer pair: cache rollback, alignment, greedy equality, and the exact distribution."""
+"""The lab's real transformer pair: cache rollback, alignment, greedy equality, and the exact distribution,
+under the token rule and block verification."""
+import functools
+
 import pytest
 import torch
 
 import specdec_lib as sd
+import specdec_lib.lab.accept as lab_accept
+from specdec_lib.block_verification import block_weights, tau_law, verify_batch_block
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain, generate_speculative
+from specdec_lib.lab.steps import GREEDY, policy_probs
 from specdec_lib.lab.transformer import CachedLM, KVCache, LMConfig
 
 
@@ -111,6 +117,42 @@ def test_every_drafter_greedy_equals_plain_greedy(pair, prompts, drafters, name,
     assert accepted > 0  # the draft's proposals were used, not only the target's corrections
 
 
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", ["draft", "table"])
+@pytest.mark.parametrize("k", [2, 6])
+def test_block_verification_greedy_equals_plain_greedy(pair, prompts, drafters, name, k):
+    """A greedy target makes block verification the token rule: the plain greedy text, token for token."""
+    target, _ = pair
+    for prompt in prompts[:2]:
+        decoding = Decoding(verifier="block")
+        assert torch.equal(generate_speculative(target, drafters[name], prompt, 24, k, decoding=decoding),
+                           generate_plain(target, prompt, 24))
+
+
+@pytest.mark.heavy
+def test_one_hot_drafts_make_block_verification_the_token_rule(pair, prompts, drafters):
+    """Exact, on the trained target: with a one-hot draft (the table), block verification's law of the kept
+    prefix is the token rule's, P(A >= i) = prod_{j <= i} P_j(x_j), so the lab's block verifier changes nothing."""
+    target, _ = pair
+    table = drafters["table"]
+    for prompt in prompts:
+        k = 6
+        proposals, _ = table.propose(table.start(prompt), prompt, prompt.numel(), k, **GREEDY.kwargs())
+        with torch.no_grad():
+            p = policy_probs(target(torch.cat([prompt, proposals])[None])[0, -k - 1:].double(), 1.0, None)  # (k+1, V)
+        q = torch.zeros(k, 256, dtype=torch.float64).scatter_(1, proposals[:, None], 1.0)  # (k, V) one-hot
+        keep = p[:k].gather(1, proposals[:, None])[:, 0].cumprod(0)  # (k,) P(A >= i), the token rule
+        token = torch.cat([1 - keep[:1], keep[:-1] - keep[1:], keep[-1:]])  # (k+1,) P(A = i)
+        torch.testing.assert_close(tau_law(block_weights(p, q, proposals).h), token, rtol=0, atol=1e-12)
+        assert keep[-1] < 1 - 1e-3  # the law is not trivially a full block
+
+
+def test_decoding_verifier_is_validated():
+    assert Decoding(verifier="block").verifier == "block" and Decoding().verifier == "token"
+    with pytest.raises(ValueError, match="verifier must be one of 'token', 'block'; got 'tokens'"):
+        Decoding(verifier="tokens")
+
+
 def test_argument_errors(pair, prompts):
     target, draft = pair
     with pytest.raises(TypeError, match="prompt"):
@@ -185,24 +227,81 @@ def _drafter(kind, draft):
     return sd.lab.PromptLookupDraft(V, m=2)
 
 
-def _empirical(target, draft, policy, n=N, seed=0):
+def _empirical(target, draft, policy, n=N, seed=0, *, verifier="token", k=K, horizon=HORIZON):
     g = torch.Generator().manual_seed(seed)
-    base = V ** torch.arange(HORIZON - 1, -1, -1)  # (h,) first token most significant
-    decoding = Decoding(**policy, generator=g)
-    codes = [int((generate_speculative(target, draft, PROMPT, HORIZON, K, decoding=decoding) * base).sum())
+    base = V ** torch.arange(horizon - 1, -1, -1)  # (h,) first token most significant
+    decoding = Decoding(**policy, generator=g, verifier=verifier)
+    codes = [int((generate_speculative(target, draft, PROMPT, horizon, k, decoding=decoding) * base).sum())
              for _ in range(n)]
-    return torch.bincount(torch.tensor(codes), minlength=V ** HORIZON).double() / n  # (V^h,)
+    return torch.bincount(torch.tensor(codes), minlength=V ** horizon).double() / n  # (V^h,)
 
 
 @pytest.mark.stat
+@pytest.mark.parametrize("verifier", ["token", "block"])
 @pytest.mark.parametrize("kind", ["neural", "table", "lookup"])
 @pytest.mark.parametrize("policy", [{"temperature": 1.0}, {"temperature": 0.8, "top_k": 2}])
-def test_speculative_samples_the_exact_target_distribution(tiny, policy, kind):
+def test_speculative_samples_the_exact_target_distribution(tiny, policy, kind, verifier):
     target, draft = tiny
     exact = exact_continuations(target, PROMPT, HORIZON, **policy)  # (V^h,)
     assert abs(exact.sum().item() - 1) < 1e-9
-    tv = sd.total_variation(_empirical(target, _drafter(kind, draft), policy), exact)
+    tv = sd.total_variation(_empirical(target, _drafter(kind, draft), policy, verifier=verifier), exact)
     assert tv < sd.tv_noise_bound(exact, N), tv
+
+
+# A flat pair and long blocks, where block verification's naive port (h_i = p_i, the ordinary residual; the
+# vllm-ascend port) is far from exact: its first token's law is off by a TV of 0.28, above twice the bound
+# tv_noise_bound(exact, 800) = 0.12 of the first token (4 outcomes), so its N samples fail the test whenever
+# they land within that bound of their own law (probability >= 1 - 1e-6, the bound's delta).
+BLOCK_K, BLOCK_HORIZON, BLOCK_N = 4, 1, 800
+
+
+@pytest.fixture(scope="module")
+def flat():
+    target = CachedLM(LMConfig(vocab=V, d_model=16, n_head=2, n_layer=2, max_len=16), seed=11, init_std=0.3)
+    draft = CachedLM(LMConfig(vocab=V, d_model=8, n_head=1, n_layer=1, max_len=16), seed=12, init_std=0.3)
+    return target, draft
+
+
+@torch.no_grad()
+def _first_token_law(target, draft, *, naive: bool) -> torch.Tensor:
+    """Exact law (V,) of the first token block verification emits after PROMPT (every proposal block enumerated)."""
+    props = torch.cartesian_prod(*[torch.arange(V)] * BLOCK_K)  # (V^k, k)
+    seqs = torch.cat([PROMPT.expand(len(props), len(PROMPT)), props], 1)
+    p = policy_probs(target(seqs).double(), 1.0, None)[:, len(PROMPT) - 1:]  # (V^k, k+1, V)
+    q = policy_probs(draft(seqs).double(), 1.0, None)[:, len(PROMPT) - 1:-1]  # (V^k, k, V)
+    chance = q.gather(-1, props[..., None])[..., 0].prod(-1)  # (V^k,) the draft proposes this block
+    weights = block_weights(p, q, props, naive=naive)
+    stop = tau_law(weights.h)[:, 0]  # (V^k,) P(tau = 0): the first token is the residual's
+    first = sd.block_verification.block_residual(p, q, weights, torch.zeros(len(props), dtype=torch.long),
+                                                 naive=naive)
+    first = first / first.sum(-1, keepdim=True)  # (V^k, V)
+    kept = torch.zeros(len(props), V, dtype=torch.float64).scatter_(1, props[:, :1], 1.0)  # X_1 when tau >= 1
+    return (chance[:, None] * (stop[:, None] * first + (1 - stop[:, None]) * kept)).sum(0)
+
+
+@pytest.mark.stat
+@pytest.mark.parametrize("verifier, kind", [("block", "neural"), ("block", "lookup"), ("token", "neural")])
+def test_long_blocks_sample_the_exact_target_distribution(flat, verifier, kind):
+    """The first token after long blocks, whose law under block verification reads every row's h_i."""
+    target, draft = flat
+    exact = exact_continuations(target, PROMPT, BLOCK_HORIZON, temperature=1.0)  # (V^h,)
+    got = _empirical(target, _drafter(kind, draft), {"temperature": 1.0}, BLOCK_N, verifier=verifier, k=BLOCK_K,
+                     horizon=BLOCK_HORIZON)
+    assert sd.total_variation(got, exact) < sd.tv_noise_bound(exact, BLOCK_N)
+
+
+@pytest.mark.stat
+def test_the_naive_block_port_fails_the_same_test(flat, monkeypatch):
+    """Negative control: the lab's loop with the core's naive port (verify_batch_block(naive=True)) is biased."""
+    target, draft = flat
+    exact = exact_continuations(target, PROMPT, BLOCK_HORIZON, temperature=1.0)
+    bound = sd.tv_noise_bound(exact, BLOCK_N)
+    assert sd.total_variation(_first_token_law(target, draft, naive=False), exact) < 1e-12  # the rule: exact
+    assert sd.total_variation(_first_token_law(target, draft, naive=True), exact) > 2 * bound  # the port: not
+    monkeypatch.setattr(lab_accept, "verify_batch_block", functools.partial(verify_batch_block, naive=True))
+    got = _empirical(target, _drafter("neural", draft), {"temperature": 1.0}, BLOCK_N, verifier="block", k=BLOCK_K,
+                     horizon=BLOCK_HORIZON)
+    assert sd.total_variation(got, exact) > bound
 
 
 @pytest.mark.stat

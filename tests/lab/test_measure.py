@@ -55,6 +55,27 @@ def test_measure_speedup_is_consistent_with_its_own_terms(tiny, policy):
 
 
 @pytest.mark.heavy
+@pytest.mark.parametrize("policy", [{"temperature": 0.0}, {"temperature": 1.0}])
+def test_block_verification_beside_the_token_rule(tiny, policy):
+    """plan.beside decodes the same pairs with block verification: its own E[N] and speedup, the same k."""
+    target, draft = tiny
+    plan = MeasurePlan(n_new=12, repeats=2, reps=1, beside=("block",))
+    t = sd.lab.measure_speedup(target, draft, PROMPTS, [1, 3], plan=plan, **policy)
+    (run,) = t.beside
+    assert run.verifier == "block" and len(run.e_n) == len(run.measured) == len(run.measured_range) == 2
+    for i, k in enumerate(t.ks):
+        assert 1.0 <= run.e_n[i] <= k + 1
+        assert run.measured_range[i][0] <= run.measured[i] <= run.measured_range[i][1]
+    alone = sd.lab.measure_speedup(target, draft, PROMPTS, [1, 3], plan=dataclasses.replace(plan, beside=()), **policy)
+    assert alone.beside == ()
+    if policy["temperature"] == 0.0:  # greedy: block verification is the token rule, round for round
+        assert run.e_n == t.e_n == alone.e_n
+    else:  # sampled: a different rule on the same prompts (negative control: the runs are not copies)
+        assert run.e_n != t.e_n
+    assert "block verification on the same pairs" in t.table() and "same pairs" not in alone.table()
+
+
+@pytest.mark.heavy
 def test_on_pair_is_called_once_per_pair(tiny):
     target, draft = tiny
     calls = []
@@ -98,6 +119,10 @@ def test_time_terms_leaves_the_models_as_it_found_them(tiny):
     ({"temperature": -1.0}, ValueError, "temperature"),
     ({"on_pair": 3}, TypeError, "on_pair must be callable"),
     ({"plan": 3}, TypeError, "plan must be a MeasurePlan, got int"),
+    ({"plan": {"beside": ("token",)}}, ValueError, "beside must name verifiers other than the token rule, each "
+                                                  "once, from 'block'; got \\('token',\\)"),
+    ({"plan": {"beside": ("block", "block")}}, ValueError, "each once"),
+    ({"plan": {"beside": "block"}}, TypeError, "beside must be a tuple of verifier names, got str"),
 ])
 def test_bad_arguments(tiny, kwargs, err, match):
     target, draft = tiny

@@ -1,4 +1,5 @@
 """lab/recording.py: the one reader of the recorded `make measure` run, shipped as package data."""
+import dataclasses
 import json
 import pathlib
 import tomllib
@@ -6,6 +7,7 @@ import tomllib
 import pytest
 
 from specdec_lib.lab import recording
+from specdec_lib.lab.speedup_table import VerifierRun
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -30,3 +32,17 @@ def test_load_recording_rejects_other_json(tmp_path):
     assert recording.recorded() is R  # read once
     assert again.tables[0].measured == R.tables[0].measured and again.batch.best == R.batch.best
     assert R.drafts == ["draft", "draft_deep", "table", "lookup"]
+
+
+def test_a_run_with_block_verification_beside_reads_back(tmp_path):
+    """measure_speedup's JSON with the block rule's runs beside the token rule's round-trips through the reader."""
+    R = recording.recorded()
+    run = VerifierRun(verifier="block", e_n=list(R.tables[0].e_n), measured=list(R.tables[0].measured),
+                      measured_range=list(R.tables[0].measured_range))
+    tables = [dataclasses.replace(R.tables[0], beside=(run,)), *R.tables[1:]]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"tables": [dataclasses.asdict(t) for t in tables],
+                                "batch": dataclasses.asdict(R.batch)}))
+    again = recording.load_recording(path)
+    assert again.tables == tables and again.tables[0].beside[0] == run
+    assert all(t.beside == () for t in R.tables)  # the committed run predates block verification

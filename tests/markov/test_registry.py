@@ -59,9 +59,9 @@ def test_registry():
     assert set(sd.markov.DECODER_MODES) <= set(MODES)
     fields = {f.name for f in dataclasses.fields(DecoderSpec)}
     assert all(set(dataclasses.asdict(m.spec)) == fields for m in modes)
-    assert [m.origin for m in modes].count("paper") == 1 and modes[0].origin == "paper"
-    for m in modes:  # a bug credited to public code cites an issue or pull request
-        assert (m.origin == "public code") == ("#" in m.reference), m.name
+    assert [m.name for m in modes if m.origin == "paper"] == ["correct", "block_verification"]
+    for m in modes:  # a bug credited to public code cites an issue or pull request (a paper's may cite its code)
+        assert (m.origin == "public code") == ("#" in m.reference) or m.origin == "paper", m.name
 
 
 def test_the_field_guide_keeps_its_chapter():
@@ -74,7 +74,9 @@ def test_the_field_guide_keeps_its_chapter():
                                          "ngram_lookup", "sglang_threshold"]
     surface = failure_modes(chapter="sampling surface")
     assert [m.name for m in surface] == ["bonus_only_processors"]
-    assert set(MODES) == {m.name for m in guide + bending + surface}
+    optimal = failure_modes(chapter="optimal verification")
+    assert [m.name for m in optimal] == ["block_verification", "block_verification_naive"]
+    assert set(MODES) == {m.name for m in guide + bending + surface + optimal}
     with pytest.raises(ValueError, match="chapter must be one of 'field guide', 'bending the rules', 'sampling surf"):
         failure_modes(chapter="act v")
 

@@ -48,6 +48,7 @@ ALLOWED = {  # a peer's file, cited next to its repository (and commit); not a f
     "vllm/v1/sample/sampler.py": "vllm-project/vllm's V1 sampler: notebook 01",
     "vllm/config/speculative.py": "vllm-project/vllm's speculative-decoding config: notebook 07",
     "vllm/model_executor/layers/typical_acceptance_sampler.py": "vllm-project/vllm's removed sampler: notebook 07",
+    "EAGLE/eagle/model/utils.py": "MasterGodzilla/Speculative_decoding_OT's SpecHub verifier: multidraft_coupled.py",
 }
 
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)

@@ -219,7 +219,8 @@ PAGE = HEAD + """{body}
 </html>
 """
 INDEX = HEAD + """<h1>{title}</h1>
-<p>An offline edition of the course: the four Acts of the post, a field guide and a lab. Figures and sliders are
+<p>An offline edition of the course: the four Acts of the post, a field guide, an audit, a lab, Act V (many
+drafts, trees, bending the rules) and Act VI (the best exact verifier). Figures and sliders are
 saved with each page; with no kernel behind them, moving a slider does not redraw its figure (run
 <code>make lab</code> for that).</p>
 <h2>The course map</h2>

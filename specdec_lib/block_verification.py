@@ -1,0 +1,208 @@
+"""Block verification (Sun et al., ICLR 2025): the k drafts of a block judged together; the last passing row wins.
+
+Notation (one block, rows in float64, leading axes broadcast): P_i = p_rows[..., i-1, :] the target's row at
+position i (i = 1 .. k+1), Q_i = q_rows[..., i-1, :] the draft's row that proposed X_i = proposals[..., i-1].
+
+  p_0 = 1,  p_i = min(1, p_{i-1} P_i(X_i) / Q_i(X_i))             how much of the target the prefix X_1..X_i carries
+  Z_i = sum_x max(p_i P_{i+1}(x) - Q_{i+1}(x), 0)                  the mass a stop after X_i can still hand out
+  h_i = Z_i / (Z_i + 1 - p_i) for i < k (1 if that is 0/0),  h_k = p_k    the chance row i passes
+  tau = the largest i with eta_i < h_i (0 if none), eta_i ~ U[0, 1)   keep X_1..X_tau, then draw Y from
+  P_{k+1} if tau = k, else max(p_tau P_{tau+1} - Q_{tau+1}, 0) normalised.
+
+The token rule keeps a prefix only while every test passes; block verification lets a later row vouch for the
+rows before it, keeps the output law exact for any draft, and accepts at least as much (equal at k = 1 and for
+one-hot drafts). The naive port (`naive=True`) is the one vllm-ascend shipped (PR #5542 until the fix #7808): it
+keeps p_i but never computes h_i: row i passes iff the running product eta_1 ... eta_i <= p_i, the last passing
+row wins, and the residual is the ordinary max(P_{tau+1} - Q_{tau+1}, 0). Its h is the backward hazard
+P(tau = i) / P(tau <= i) of that test's exact law, so `tau_law(h)` is its law too; it is not exact.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ._checks import check_generator, check_tensor
+from .sampling import sample_rows
+
+__all__ = ["BlockWeights", "block_weights", "block_residual", "tau_law", "product_tau_law", "block_tau",
+           "verify_batch_block"]
+
+
+@dataclass(frozen=True)
+class BlockWeights:
+    """The running weights p (..., k+1), p_0 = 1, and the chances h (..., k) that rows 1..k pass."""
+
+    p: torch.Tensor
+    h: torch.Tensor
+
+
+def _block_shapes(p_rows, q_rows, proposals) -> int:
+    """k, after checking that p_rows (..., k+1, V), q_rows (..., k, V) and proposals (..., k) fit together."""
+    p_rows, q_rows = check_tensor("p_rows", p_rows), check_tensor("q_rows", q_rows)
+    if not isinstance(proposals, torch.Tensor) or proposals.is_floating_point():
+        raise TypeError(f"proposals must be an integer tensor of token ids, got {type(proposals).__name__}")
+    if p_rows.dim() < 2 or q_rows.dim() < 2:
+        raise ValueError(f"p_rows and q_rows must have shapes (..., k+1, V) and (..., k, V), "
+                         f"got {tuple(p_rows.shape)} and {tuple(q_rows.shape)}")
+    k = q_rows.shape[-2]
+    if p_rows.shape[-2] != k + 1 or p_rows.shape[-1] != q_rows.shape[-1] or proposals.shape[-1:] != (k,):
+        raise ValueError(f"p_rows must hold k+1 rows for the k = {k} rows of q_rows, over the same vocabulary, "
+                         f"and proposals one token per q row; got {tuple(p_rows.shape)}, {tuple(q_rows.shape)} "
+                         f"and {tuple(proposals.shape)}")
+    return k
+
+
+def block_weights(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor, *,
+                  naive: bool = False) -> BlockWeights:
+    """p_i and h_i of one block (or a batch): p_rows (..., k+1, V), q_rows (..., k, V), proposals (..., k)."""
+    k = _block_shapes(p_rows, q_rows, proposals)
+    lead = torch.broadcast_shapes(p_rows.shape[:-2], q_rows.shape[:-2], proposals.shape[:-1])
+    V = p_rows.shape[-1]
+    p_rows, q_rows = p_rows.double().expand(*lead, k + 1, V), q_rows.double().expand(*lead, k, V)
+    idx = proposals.long().expand(*lead, k)[..., None]  # (..., k, 1)
+    # 1. each draft's probability under the target and under the draft: P_i(X_i), Q_i(X_i)
+    p_x = p_rows[..., :k, :].gather(-1, idx).squeeze(-1)  # (..., k)
+    q_x = q_rows.gather(-1, idx).squeeze(-1)  # (..., k)
+    # 2. the likelihood ratio P_i(X_i) / Q_i(X_i); a draft q gives no mass: inf if the target gives some, else 0
+    ratio = torch.where(q_x > 0, p_x / torch.where(q_x > 0, q_x, 1.0), torch.where(p_x > 0, torch.inf, 0.0))
+    # 3. the running weight p_i = min(1, p_{i-1} ratio_i) from p_0 = 1 (once 0, it stays 0: never 0 * inf)
+    running = [torch.ones(lead, dtype=torch.float64, device=p_rows.device)]
+    for i in range(k):
+        prev = running[-1]
+        running.append(torch.where(prev > 0, (prev * ratio[..., i]).clamp(max=1.0), 0.0))
+    p = torch.stack(running, -1)  # (..., k+1)
+    if naive:  # the wrong port: its test's exact law of tau, as the hazards h_i = P(tau = i) / P(tau <= i)
+        law = product_tau_law(p)
+        below = law.cumsum(-1)[..., 1:]  # P(tau <= i), i = 1 .. k
+        hazard = torch.where(below > 0, law[..., 1:] / torch.where(below > 0, below, 1.0), 1.0)
+        return BlockWeights(p=p, h=hazard.clamp(0.0, 1.0))
+    # 4. Z_i = sum_x max(p_i P_{i+1}(x) - Q_{i+1}(x), 0) for i = 1 .. k-1
+    z = (p[..., 1:k, None] * p_rows[..., 1:k, :] - q_rows[..., 1:k, :]).clamp(min=0).sum(-1)  # (..., k-1)
+    # 5. h_i = Z_i / (Z_i + 1 - p_i), 1 where the denominator is 0 (Z_i = 0 and p_i = 1); the last row: h_k = p_k
+    den = z + (1 - p[..., 1:k])
+    h_mid = torch.where(den > 0, z / torch.where(den > 0, den, 1.0), 1.0).clamp(max=1.0)
+    return BlockWeights(p=p, h=torch.cat([h_mid, p[..., 1:][..., -1:]], -1))
+
+
+def block_residual(p_rows: torch.Tensor, q_rows: torch.Tensor, weights: BlockWeights, tau: torch.Tensor, *,
+                   naive: bool = False) -> torch.Tensor:
+    """Unnormalised weights (..., V) of the token after tau (...,) accepted drafts: P_{k+1} if tau = k, else
+    max(p_tau P_{tau+1} - Q_{tau+1}, 0) (naive: max(P_{tau+1} - Q_{tau+1}, 0)); P_{tau+1} where that is all 0."""
+    k = q_rows.shape[-2]
+    p_rows, q_rows = check_tensor("p_rows", p_rows), check_tensor("q_rows", q_rows)
+    tau = torch.as_tensor(tau).long()
+    if tau.numel() and (int(tau.min()) < 0 or int(tau.max()) > k):
+        raise ValueError(f"tau must count accepted drafts in [0, {k}], got values in [{int(tau.min())}, "
+                         f"{int(tau.max())}]")
+    return _residual(p_rows, q_rows, weights, tau, naive)
+
+
+def _residual(p_rows, q_rows, weights: BlockWeights, tau: torch.Tensor, naive: bool) -> torch.Tensor:
+    """block_residual without its checks (tau in [0, k] by construction: no host sync)."""
+    k, V = q_rows.shape[-2], q_rows.shape[-1]
+    p_rows, q_rows = p_rows.double(), q_rows.double()
+    lead = torch.broadcast_shapes(p_rows.shape[:-2], q_rows.shape[:-2], tau.shape)
+    tau = tau.expand(lead)
+    at = tau[..., None, None].expand(*lead, 1, V)  # (..., 1, V) the row index tau, per vocabulary entry
+    # 1. the target's row after the accepted prefix, P_{tau+1}, and the draft's, Q_{tau+1} (zero after the last draft)
+    p_next = p_rows.expand(*lead, k + 1, V).gather(-2, at).squeeze(-2)  # (..., V)
+    zero = torch.zeros(q_rows.shape[:-2] + (1, V), dtype=torch.float64, device=q_rows.device)
+    q_next = torch.cat([q_rows, zero], -2).expand(*lead, k + 1, V).gather(-2, at).squeeze(-2)  # (..., V)
+    # 2. the weight the target keeps there: p_tau (the naive port forgets it: 1); a full block draws P_{k+1} itself
+    p_tau = weights.p.expand(*lead, k + 1).gather(-1, tau[..., None])  # (..., 1)
+    scale = torch.where((tau[..., None] == k) | naive, 1.0, p_tau)
+    # 3. what the target still owes: max(scale P_{tau+1} - Q_{tau+1}, 0), or P_{tau+1} where nothing is owed
+    w = (scale * p_next - q_next).clamp(min=0)
+    return torch.where(w.sum(-1, keepdim=True) > 0, w, p_next)
+
+
+def tau_law(h: torch.Tensor) -> torch.Tensor:
+    """P(tau = i) = h_i prod_{j > i} (1 - h_j), h_0 = 1, for i = 0 .. k: shape (..., k+1) from h (..., k)."""
+    h = check_tensor("h", h).double()
+    if h.dim() < 1:
+        raise ValueError(f"h must have a last axis of k pass chances, got shape {tuple(h.shape)}")
+    if ((h < 0) | (h > 1)).any():
+        raise ValueError("h must hold probabilities in [0, 1]")
+    ones = torch.ones(h.shape[:-1] + (1,), dtype=torch.float64, device=h.device)
+    # 1. tail[i] = prod_{j > i} (1 - h_j): every later row fails (suffix products, empty product 1 at i = k)
+    tail = torch.cat([(1 - h).flip(-1).cumprod(-1).flip(-1), ones], -1)  # (..., k+1)
+    # 2. row i passes (row 0 always does) and is the last one that passes
+    return torch.cat([ones, h], -1) * tail
+
+
+def _poly(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """sum_m coef[..., m] x^m by Horner."""
+    out = torch.zeros_like(x)
+    for m in range(coef.shape[-1] - 1, -1, -1):
+        out = out * x + coef[..., m]
+    return out
+
+
+def _integral(coef: torch.Tensor) -> torch.Tensor:
+    """Coefficients of the antiderivative that is 0 at 0 (one degree more)."""
+    m = torch.arange(1, coef.shape[-1] + 1, dtype=torch.float64)
+    return torch.cat([torch.zeros_like(coef[..., :1]), coef / m], -1)
+
+
+def product_tau_law(p: torch.Tensor) -> torch.Tensor:
+    """Law (..., k+1) of tau = the largest i with eta_1 ... eta_i <= p_i (0 if none), eta i.i.d. U[0, 1), p (..., k+1).
+
+    With S_i = -ln(eta_1 ... eta_i) (a Gamma(i) variable), row i passes iff S_i >= c_i = -ln p_i. No row after t
+    passes iff S_j < b_j for j > t, b_j = min_{l >= j} c_l; given S_t = s that chance is 1 + e^s g_t(s) on s < b_{t+1},
+    with polynomials g_k = 0, g_{j-1}(s) = -e^{-b_j} + G_j(b_j) - G_j(s) (G_j the antiderivative of g_j), and
+    P(tau = t) = int_{c_t}^{b_{t+1}} s^{t-1} / (t-1)! (e^{-s} + g_t(s)) ds."""
+    p = check_tensor("p", p).double()
+    k = p.shape[-1] - 1
+    c = torch.where(p[..., 1:] > 0, -torch.log(p[..., 1:].clamp(min=1e-300)), torch.inf)  # (..., k)
+    b = torch.cat([c.flip(-1).cummin(-1).values.flip(-1), torch.full_like(p[..., :1], torch.inf)], -1)  # b_1..b_k+1
+    # 1. the polynomials g_t, from g_k = 0 backwards (0 wherever no later row can pass: b_{t+1} = inf)
+    g = [torch.zeros(p.shape[:-1] + (1,), dtype=torch.float64)] * (k + 1)
+    for j in range(k, 0, -1):
+        G, bj = _integral(g[j]), b[..., j - 1]
+        finite = torch.isfinite(bj)
+        at = torch.where(finite, bj, 0.0)
+        new = -G
+        new[..., 0] += torch.where(finite, -torch.exp(-at) + _poly(G, at), 0.0)
+        g[j - 1] = torch.where(finite[..., None], new, 0.0)
+    # 2. tau = 0: no row passes from S_0 = 0
+    law = [torch.where(b[..., 0] > 0, 1 + g[0][..., 0], 0.0)]
+    # 3. tau = t: row t passes (S_t >= c_t) and no later one does (S_t < b_{t+1}); Gamma(t) tails in closed form
+    for t in range(1, k + 1):
+        lo, hi = c[..., t - 1], b[..., t]
+        ok, hi_finite = lo < hi, torch.isfinite(hi)
+        lo_, hi_ = torch.where(ok, lo, 0.0), torch.where(hi_finite, hi, 0.0)
+        tail_lo = torch.exp(-lo_) * sum(lo_ ** m / math.factorial(m) for m in range(t))
+        tail_hi = torch.where(hi_finite, torch.exp(-hi_) * sum(hi_ ** m / math.factorial(m) for m in range(t)), 0.0)
+        shifted = torch.cat([torch.zeros(g[t].shape[:-1] + (t - 1,), dtype=torch.float64), g[t]], -1)
+        integral = _integral(shifted / math.factorial(t - 1))
+        part = tail_lo - tail_hi + torch.where(hi_finite, _poly(integral, hi_) - _poly(integral, lo_), 0.0)
+        law.append(torch.where(ok, part, 0.0))
+    return torch.stack(law, -1).clamp(min=0.0)
+
+
+def block_tau(weights: BlockWeights, eta: torch.Tensor, *, naive: bool = False) -> torch.Tensor:
+    """tau (...,) from the uniforms eta (..., k): the largest i with eta_i < h_i (naive: eta_1 ... eta_i <= p_i)."""
+    k = weights.h.shape[-1]
+    eta = check_tensor("eta", eta).double()
+    passed = eta.cumprod(-1) <= weights.p[..., 1:] if naive else eta < weights.h  # (..., k)
+    rank = torch.arange(1, k + 1, device=eta.device)  # (k,)
+    return torch.where(passed, rank, 0).amax(-1) if k else torch.zeros(eta.shape[:-1], dtype=torch.long,
+                                                                          device=eta.device)
+
+
+def verify_batch_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
+                       generator: torch.Generator | None = None, *,
+                       naive: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block verification of n blocks: (accepted (n,), next token (n,)) for p_rows (n, k+1, V), q_rows (n, k, V)."""
+    generator = check_generator(generator)
+    n, k = proposals.shape
+    weights = block_weights(p_rows, q_rows, proposals, naive=naive)
+    # 1. one uniform per row, drawn as verify_batch draws its acceptance uniforms
+    eta = torch.rand(n, k, dtype=torch.float64, generator=generator, device=p_rows.device)  # (n, k)
+    # 2. tau = the largest i whose row passes (eta_i < h_i), 0 if none: not the first failure
+    tau = block_tau(weights, eta, naive=naive)
+    # 3. the token after the kept prefix, from its own uniform
+    nxt = sample_rows(_residual(p_rows, q_rows, weights, tau, naive), generator)  # (n,)
+    return tau, nxt
