@@ -3,7 +3,8 @@
 Run with `make bench`. The loop is written the way the post writes it (torch calls per token, one
 sequence at a time); it lives here and not in the library (the library's readable one-sequence decoder is
 specdec_lib/markov/reference.py). Both use one thread, and they take turns: the loop runs in pieces with a
-batched run before each, so a machine whose speed drifts slows both alike.
+batched run before each, so a machine whose speed drifts slows both alike. Then decode_markov under block
+verification (Act VI) against the token rule ("correct") at the same k and M, the two modes taking turns.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import time
 import torch
 
 import specdec_lib as sd
+
+VERIFIER_MODES = ("correct", "block_verification")  # the token rule, and block verification (Act VI)
 
 
 def residual(p, q):
@@ -44,11 +47,21 @@ def loop_decode(P, Q, start: int, horizon: int, k: int, generator: torch.Generat
     return tuple(seq[1:horizon + 1])
 
 
-def batched_seconds(ch, M: int, k: int, g: torch.Generator) -> float:
+def batched_seconds(ch, M: int, k: int, g: torch.Generator, mode: str = "correct") -> float:
     """Seconds of one decode_markov call for M sequences."""
     t0 = time.perf_counter()
-    sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, num_samples=M, generator=g)
+    sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=k, num_samples=M, mode=mode, generator=g)
     return time.perf_counter() - t0
+
+
+def verifier_seconds(ch, M: int, k: int, repeats: int) -> dict[str, float]:
+    """Median seconds of decode_markov for M sequences under each verifier, the modes taking turns (one warm-up)."""
+    g = torch.Generator().manual_seed(4)
+    times = {mode: [] for mode in VERIFIER_MODES}
+    for _ in range(repeats + 1):
+        for mode in VERIFIER_MODES:
+            times[mode].append(batched_seconds(ch, M, k, g, mode))
+    return {mode: statistics.median(t[1:]) for mode, t in times.items()}
 
 
 def head_to_head(ch, M: int, k: int, chunks: int) -> tuple[list[float], list[float], torch.Tensor]:
@@ -95,7 +108,17 @@ def main() -> None:
     print(f"{'batched decode_markov (median)':<34}{args.M:>11,}{t_batched:>11.4f}{1e6 * t_batched / args.M:>15.3f}"
           f"{sd.sequence_tv(batched_samples, exact):>13.4f}")
     print(f"{'batched decode_markov (median)':<34}{args.big:>11,}{t_big:>11.4f}{1e6 * t_big / args.big:>15.3f}")
-    print(f"\nspeed ratio at M = {args.M:,}: {t_loop / t_batched:.0f}x  (loop seconds / median batched seconds, "
+    t_mode = verifier_seconds(ch, args.M, args.k, args.repeats)
+    g_block = torch.Generator().manual_seed(5)
+    block_samples = sd.decode_markov(ch.P, ch.Q, start=ch.start, horizon=ch.horizon, k=args.k, num_samples=args.M,
+                                     mode="block_verification", generator=g_block)
+    t_token, t_block = t_mode["correct"], t_mode["block_verification"]
+    print(f"{'token rule (median, taking turns)':<34}{args.M:>11,}{t_token:>11.4f}{1e6 * t_token / args.M:>15.3f}")
+    print(f"{'block verification (median, ditto)':<34}{args.M:>11,}{t_block:>11.4f}{1e6 * t_block / args.M:>15.3f}"
+          f"{sd.sequence_tv(block_samples, exact):>13.4f}")
+    print(f"\nblock verification / token rule at M = {args.M:,}, k = {args.k}: "
+          f"{t_block / t_token:.2f}x the time per sequence")
+    print(f"speed ratio at M = {args.M:,}: {t_loop / t_batched:.0f}x  (loop seconds / median batched seconds, "
           f"{args.chunks} interleaved pieces; per piece {min(per_chunk):.0f}x to {max(per_chunk):.0f}x)")
     print(f"extrapolated ratio at M = {args.big:,}: {t_loop / args.M * args.big / t_big:.0f}x "
           f"(loop time scaled linearly from M = {args.M:,})")

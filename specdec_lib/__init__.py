@@ -10,7 +10,8 @@ core (this folder, torch only)   _checks, sampling, policy, noise, verification,
   Act III  accounting             tokens retired per block; survivor statistics; the Bayes curve
   Act IV   cost, telemetry        the speedup equation and best k; what to log
   Act V    multidraft             many drafts at one position: every rule's exact law and sampler
-  Act VI   block_verification     the k drafts judged together: block verification and its known wrong port
+  Act VI   block_verification     the k drafts judged together: block verification and its known wrong port;
+           multidraft_optimum     the most any exact verifier can keep of many drafts
 markov/  (imports core)           Act II's testbed: the chain, the decoder spec and registry, the reference
                                   decoder, the batched decoder, the exact engine; Act V's draft trees
 lab/     (imports core)           a causal transformer with a croppable KV cache, the alignment test, a trained
@@ -38,6 +39,7 @@ from .markov.registry import FailureMode, failure_modes
 from .markov.spec import DecoderSpec
 from .markov.tree import tree_law
 from .multidraft import multidraft_law, sample_multidraft
+from .multidraft_optimum import multidraft_optimum
 from .noise import rate_noise, tv_noise_bound, tv_noise_mean
 from .policy import apply_policy, greedy_token, policy_table
 from .sampling import (SAMPLER_MODES, acceptance_probability, empirical, overlap, post_pair, residual,
@@ -66,7 +68,7 @@ __all__ = [
     # Act V: many drafts, trees, bending the rules
     "multidraft_law", "sample_multidraft", "tree_law", "decoder_stats", "policy_speedup",
     # Act VI: the best exact verifier
-    "block_weights", "tau_law",
+    "block_weights", "tau_law", "multidraft_optimum",
 ]
 _LAYERS = (lab, markov)  # sd.lab and sd.markov are attributes of the facade
 

@@ -54,11 +54,16 @@ def _block_shapes(p_rows, q_rows, proposals) -> int:
     return k
 
 
+def _lead(*shapes: torch.Size) -> torch.Size:
+    """The broadcast of leading shapes; torch.broadcast_shapes (Python, ~0.1 ms) only where they differ."""
+    return shapes[0] if all(shape == shapes[0] for shape in shapes) else torch.broadcast_shapes(*shapes)
+
+
 def block_weights(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor, *,
                   naive: bool = False) -> BlockWeights:
     """p_i and h_i of one block (or a batch): p_rows (..., k+1, V), q_rows (..., k, V), proposals (..., k)."""
     k = _block_shapes(p_rows, q_rows, proposals)
-    lead = torch.broadcast_shapes(p_rows.shape[:-2], q_rows.shape[:-2], proposals.shape[:-1])
+    lead = _lead(p_rows.shape[:-2], q_rows.shape[:-2], proposals.shape[:-1])
     V = p_rows.shape[-1]
     p_rows, q_rows = p_rows.double().expand(*lead, k + 1, V), q_rows.double().expand(*lead, k, V)
     idx = proposals.long().expand(*lead, k)[..., None]  # (..., k, 1)
@@ -103,7 +108,7 @@ def _residual(p_rows, q_rows, weights: BlockWeights, tau: torch.Tensor, naive: b
     """block_residual without its checks (tau in [0, k] by construction: no host sync)."""
     k, V = q_rows.shape[-2], q_rows.shape[-1]
     p_rows, q_rows = p_rows.double(), q_rows.double()
-    lead = torch.broadcast_shapes(p_rows.shape[:-2], q_rows.shape[:-2], tau.shape)
+    lead = _lead(p_rows.shape[:-2], q_rows.shape[:-2], tau.shape)
     tau = tau.expand(lead)
     at = tau[..., None, None].expand(*lead, 1, V)  # (..., 1, V) the row index tau, per vocabulary entry
     # 1. the target's row after the accepted prefix, P_{tau+1}, and the draft's, Q_{tau+1} (zero after the last draft)

@@ -55,8 +55,11 @@ class MultiDraftRule:
 
 _EAGLE1 = "SafeAILab/EAGLE model/utils.py evaluate_posterior @38d5327fc33af3bed46914fce5b88932fcaa9a26"
 _EAGLE2 = "SafeAILab/EAGLE eagle/model/utils.py evaluate_posterior @8009b6d89d725ff8322728390f049c0f1fd7e04b"
-_SPECTR = ("Sun, Suresh, Ro, Beirami, Jain, Yu, SpecTr (NeurIPS 2023, arXiv 2310.15141), K-SEQ: rho solves "
-           "1 - (1 - beta(rho))^n = rho beta(rho), beta(rho) = sum min(q, p / rho)")
+_SPECTR = ("Sun, Suresh, Ro, Beirami, Jain, Yu, SpecTr (NeurIPS 2023, arXiv 2310.15141), K-SEQ (the paper's p is "
+           "the draft, q the target): rho* in [1, n] solves 1 - (1 - beta(rho))^n = rho beta(rho), beta(rho) = "
+           "sum min(q, p / rho); restated in mylittleriver/fairness-spec-decoding SpecTr.md "
+           "@ebf8d112f76cb9e7b03c505c7d86aa5ffe08c73c (the algorithm box itself not read; no public implementation "
+           "found; the leftover law is the one that makes the output p)")
 _SPECHUB = ("Sun, Zhou, Chen, Sun, SpecHub (EMNLP 2024, arXiv 2411.05289): MasterGodzilla/Speculative_decoding_OT "
             "EAGLE/eagle/model/cnets.py sample and EAGLE/eagle/model/utils.py evaluate_posterior, mode 'spechub' "
             "@7d592b70e954bb1fb48516a5628f9c3439645464")

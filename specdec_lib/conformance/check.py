@@ -26,9 +26,9 @@ def _laws() -> tuple[tuple[Case, torch.Tensor, dict[str, torch.Tensor], tuple[fl
     of the token rule and of block verification (the optimum of an exact verifier of one block), computed once."""
     out = []
     for c in battery():
-        laws = {kv.name: (kv.spec, block_law(kv.spec, c.p_rows, c.q_rows)) for kv in known_verifiers()}
-        kept = (mean_accepted(laws["correct"][1]), mean_accepted(laws["block_verification"][1]))
-        out.append((c, target_law(c.p_rows), {name: complete(law, c.p_rows) for name, (_, law) in laws.items()}, kept))
+        laws = {kv.name: block_law(kv.spec, c.p_rows, c.q_rows) for kv in known_verifiers()}
+        kept = (mean_accepted(laws["correct"]), mean_accepted(laws["block_verification"]))
+        out.append((c, target_law(c.p_rows), {name: complete(law, c.p_rows) for name, law in laws.items()}, kept))
     return tuple(out)
 
 

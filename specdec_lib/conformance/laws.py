@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from ..markov import semantics
+from ..markov import semantics  # semantics.block_law: a block verifier's round given its proposals (not this one)
 from ..markov.semantics import acceptance, bonus_row, rejection_law
 from ..markov.spec import DecoderSpec
 

@@ -36,8 +36,8 @@ class CaseResult:
 
     @property
     def efficiency(self) -> str:
-        """One line: the verdict, then what it keeps of what an optimal exact verifier keeps, and the token rule."""
-        return (f"{'exact' if self.passed else 'INEXACT'}; keeps {self.kept:.2f} ± {self.kept_se:.2f} of the "
+        """One line: the case's verdict, then what it kept of what an optimal verifier keeps, and the token rule's."""
+        return (f"{'pass' if self.passed else 'FAIL'}; keeps {self.kept:.2f} ± {self.kept_se:.2f} of the "
                 f"{self.optimal_kept:.2f} an optimal verifier keeps (the token rule keeps {self.token_kept:.2f})")
 
 

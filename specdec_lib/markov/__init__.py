@@ -19,6 +19,8 @@ long_run     stopping rules that read the last q, at any k, in the long run: S =
 hf_assisted  transformers 5.24.0's assisted generation on the chain: defaults, confidence re-tuning, a sampled text
 adaptive     any stopping rule over the drafted path, and the oracle rule by policy iteration
 lookup       n-gram lookup against a model draft
+block_round  Act VI: the exact engine's round for a verifier that judges the whole block (block verification)
+verifier_map Act VI: token rule, block verification and the oracle in the long run; which verifier fits which draft
 
 The names below are reached as sd.markov.<name> (the Act II nouns and verbs are on `sd` too).
 """

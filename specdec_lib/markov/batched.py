@@ -7,6 +7,8 @@ states, so it is precomputed as tables, flattened so that one gather reads a who
   acc[(r V + c) V + y]     = the chance target row r keeps y, believed drawn by R[c] (min(1, P[r, y] / R[c, y]))
   fix[(r V + c) V + y]     = CDF of what rejecting y samples, for target row r and believed state c
   fix[V^3 + y_k]           = CDF of the bonus token after a full block ending in y_k
+  block_fix[b (k+1) + tau] = a block verifier's CDF of the token after tau kept drafts of block row b
+                             (b = s V^k + y_1 V^(k-1) + .. + y_k; block_weights holds its p and h at row b)
 
 Every draw is an inverse-CDF lookup: token = #{i : cdf[i] <= u} for a uniform u. A round draws its uniforms
 as one (2k + 1 [+ 1], m) block: k for drafting, k for the acceptance tests, one for the residual or bonus
@@ -22,7 +24,9 @@ from typing import NamedTuple
 import torch
 
 from .._checks import check_generator, check_int
+from ..block_verification import BlockWeights
 from . import semantics as sem
+from .block_round import block_table
 from .draft_rules import ngram_proposals_batch
 from .registry import MODES, make_decoder
 from .spec import Decoder, DecoderSpec
@@ -32,6 +36,7 @@ __all__ = ["POST_MODES", "DECODER_MODES", "Tables", "cdf_table", "draw", "accept
 
 POST_MODES = ("correct", "bad_draft", "mismatched_q", "phantom_history", "off_by_one")  # the post's five decoders
 DECODER_MODES = {name: MODES[name].description for name in POST_MODES}
+BLOCK_TABLE_LIMIT = 1 << 16  # most blocks (s, X_1 .. X_k) a block verifier's table holds; past it, rows per round
 
 
 def cdf_table(weights: torch.Tensor) -> torch.Tensor:
@@ -80,6 +85,8 @@ class Tables:
     target: torch.Tensor  # CDF columns of the target table (a match test's own sample)
     fix: torch.Tensor  # CDF columns of the residuals (V^3 rows) then the bonus (V rows)
     phantom: torch.Tensor  # CDF columns of the draft's own table (a phantom token)
+    block_weights: BlockWeights | None = None  # a block verifier's p, h by block row b, if V^(k+1) <= BLOCK_TABLE_LIMIT
+    block_fix: torch.Tensor | None = None  # ... and CDF columns of the token after tau kept drafts, row b (k+1) + tau
 
 
 def tables(dec: Decoder) -> Tables:
@@ -92,8 +99,12 @@ def tables(dec: Decoder) -> Tables:
     def cols(table: torch.Tensor) -> torch.Tensor:  # a CDF table transposed, for draw
         return table.T.contiguous()
 
+    block = {}
+    if spec.verifier != "token" and V ** (dec.k + 1) <= BLOCK_TABLE_LIMIT:  # every block's round, by its row b
+        weights, tokens = block_table(spec, dec.target.double(), dec.ratio.double(), dec.k)
+        block = {"block_weights": weights, "block_fix": cols(cdf_table(tokens).reshape(-1, V))}
     return Tables(V=V, acc=acc, q=dec.propose.double().reshape(-1), draft=cols(cdf_table(dec.propose)),
-                  target=cols(cdf_table(dec.target)), fix=cols(fix), phantom=cols(cdf_table(dec.draft)))
+                  target=cols(cdf_table(dec.target)), fix=cols(fix), phantom=cols(cdf_table(dec.draft)), **block)
 
 
 class Round(NamedTuple):
@@ -191,11 +202,17 @@ def run_block_round(dec: Decoder, t: Tables, s, k: int, u) -> Round:
     d = [s]
     for j in range(k):  # 1. draft k proposals, each from the draft's row at the token before it
         d.append(draw(t.draft, d[j], u[j]))
-    states = torch.stack(d, 1)  # (m, k+1)
-    # 2-3. the joint test, and the weights of the token after the kept proposals
-    tau, weights = sem.block_round(dec.spec, dec.target.double()[states], dec.ratio.double()[states[:, :k]],
-                                   states[:, 1:], u[k:2 * k].T)
-    nxt = (cdf_table(weights) <= u[2 * k][:, None]).sum(-1)  # the inverse-CDF draw: entries <= u
+    eta = u[k:2 * k].T  # (m, k) one uniform per row of the block
+    if t.block_weights is None:  # 2-3. the joint test, and the weights of the token after the kept proposals
+        states = torch.stack(d, 1)  # (m, k+1)
+        tau, weights = sem.block_round(dec.spec, dec.target.double()[states], dec.ratio.double()[states[:, :k]],
+                                       states[:, 1:], eta)
+        nxt = (cdf_table(weights) <= u[2 * k][:, None]).sum(-1)  # the inverse-CDF draw: entries <= u
+    else:  # 2-3. the same, read off the tables at the block's row b = s V^k + y_1 V^(k-1) + .. + y_k
+        b = sum(x * t.V ** (k - j) for j, x in enumerate(d))  # (m,)
+        w = t.block_weights
+        tau = sem.block_pass(dec.spec, BlockWeights(p=w.p.index_select(0, b), h=w.h.index_select(0, b)), eta)
+        nxt = draw(t.block_fix, b * (k + 1) + tau, u[2 * k])
     return Round(proposals=d[1:], token=nxt, where=tau, accepted=tau, last_proposal=d[-1],
                  drafted=torch.full_like(s, k))
 

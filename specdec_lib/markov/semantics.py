@@ -50,7 +50,7 @@ __all__ = ["DRAFT_CONTEXTS", "JUDGES", "RATIO_CONTEXTS", "ACCEPTANCES", "TARGET_
            "ratio_state",
            "acceptance", "threshold_accept", "typical_keep", "residual_weights", "match_law", "reused_law",
            "rejection_law", "bonus_row", "fix_uniform", "next_k", "argmax_rows", "typical_rows",
-           "block_round", "block_law"]
+           "block_pass", "block_tokens", "block_round", "block_law"]
 
 SGLANG_ACC_FLOOR = 1e-9  # SGLang's launcher divides by max(threshold_acc, 1e-9)
 
@@ -243,21 +243,29 @@ VERIFIERS = {  # (p_rows (..., k+1, V), q_rows (..., k, V), proposals (..., k)) 
 }
 
 
+def block_pass(spec, weights: BlockWeights, eta: torch.Tensor) -> torch.Tensor:
+    """tau (...,) from the uniforms eta (..., k): the last row of the block that passes spec.verifier's test."""
+    return block_tau(weights, eta, naive=spec.verifier == "block_naive")
+
+
+def block_tokens(spec, p_rows: torch.Tensor, q_rows: torch.Tensor, weights: BlockWeights) -> torch.Tensor:
+    """Unnormalised weights (..., k+1, V) of the token after tau = 0 .. k kept drafts, one row per tau."""
+    every = BlockWeights(p=weights.p[..., None, :], h=weights.h[..., None, :])  # one copy per value of tau
+    return block_residual(p_rows[..., None, :, :], q_rows[..., None, :, :], every, torch.arange(q_rows.shape[-2] + 1),
+                          naive=spec.verifier == "block_naive")
+
+
 def block_round(spec, p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor, eta: torch.Tensor):
     """A block round read off its uniforms eta (..., k): (tau (...,) the drafts kept, weights (..., V) of the token
     after them, unnormalised). p_rows: the target's rows before each proposal and after the last; q_rows: the q's."""
-    naive = spec.verifier == "block_naive"
     weights = VERIFIERS[spec.verifier](p_rows, q_rows, proposals)
-    tau = block_tau(weights, eta, naive=naive)
-    return tau, block_residual(p_rows, q_rows, weights, tau, naive=naive)
+    tau = block_pass(spec, weights, eta)
+    return tau, block_residual(p_rows, q_rows, weights, tau, naive=spec.verifier == "block_naive")
 
 
 def block_law(spec, p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor):
     """The exact law of a block round given its proposals: (P(tau = i) (..., k+1), the law (..., k+1, V) of the
     token after i kept drafts)."""
-    naive = spec.verifier == "block_naive"
-    w = VERIFIERS[spec.verifier](p_rows, q_rows, proposals)
-    every = BlockWeights(p=w.p[..., None, :], h=w.h[..., None, :])  # one copy per value of tau
-    res = block_residual(p_rows[..., None, :, :], q_rows[..., None, :, :], every, torch.arange(proposals.shape[-1] + 1),
-                         naive=naive)
-    return tau_law(w.h), res / res.sum(-1, keepdim=True)
+    weights = VERIFIERS[spec.verifier](p_rows, q_rows, proposals)
+    tokens = block_tokens(spec, p_rows, q_rows, weights)
+    return tau_law(weights.h), tokens / tokens.sum(-1, keepdim=True)

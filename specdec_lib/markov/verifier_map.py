@@ -8,6 +8,8 @@ law of round starts to the long-run N̄ and S = N̄ / C̄ (a round costs k c_d +
 oracle stopping rule (adaptive.optimal_stopping, token rule, at most k proposals), which is compared with them.
 alive_mass is the derivation's identity: along a drafted path, w_0 = 1 and w_i = min(Q(x_1..x_i), w_{i-1}
 P_i(x_i)), the draft mass block verification still keeps at depth i; E[N | s] = 1 + sum_i sum_paths w_i.
+fit and verifier_map give E[N | 0] of one round under each verifier that applies to a drafter, and for many drafts
+at one position P(a draft kept) beside multidraft_optimum: the map from a kind of draft to the verifier it needs.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Block verification on the Markov engines: exact on the reference chain, the token rule at k = 1 and under greedy
 or one-hot drafts, the engines draw for draw, the naive port's exact TV, and tokens per call."""
+import dataclasses
 import itertools
 
 import pytest
@@ -134,6 +135,23 @@ def test_draw_for_draw_tells_block_from_token():
     assert torch.equal(ref, one_at_a_time(BLOCK, 3, 100, seed=1, horizon=6))
     assert not torch.equal(ref, one_at_a_time("correct", 3, 100, seed=1, horizon=6))
     assert not torch.equal(ref, one_at_a_time(NAIVE, 3, 100, seed=1, horizon=6))
+
+
+@pytest.mark.parametrize("mode, other", [(BLOCK, NAIVE), (NAIVE, BLOCK)])
+def test_block_table_is_the_rows_draw_for_draw(mode, other):
+    # batched reads a round off its block table (V^(k+1) <= BLOCK_TABLE_LIMIT) or computes it from the block's rows
+    dec, wrong = (make_decoder(CH.P, CH.Q, start=CH.start, horizon=6, k=3, mode=m) for m in (mode, other))
+    t = batched.tables(dec)
+    assert t.block_weights is not None and batched.tables(make_decoder(CH.P, CH.Q, start=CH.start, horizon=6, k=6,
+                                                                       mode=mode)).block_weights is None  # 5^7 blocks
+
+    def run(tables):
+        return batched.decode_tables(dec, tables, num_samples=2000, generator=torch.Generator().manual_seed(3))
+
+    assert torch.equal(run(t), run(dataclasses.replace(t, block_weights=None, block_fix=None)))
+    other_table = batched.tables(wrong)  # negative control: the other verifier's table draws differently
+    assert not torch.equal(run(t), run(dataclasses.replace(t, block_weights=other_table.block_weights,
+                                                           block_fix=other_table.block_fix)))
 
 
 N = 100_000

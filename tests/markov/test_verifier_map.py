@@ -32,6 +32,19 @@ def test_block_round_is_the_alive_mass_identity_and_the_naive_port_is_not(k):
         assert (naive.n - alive).abs().max() < 1e-12
 
 
+@pytest.mark.parametrize("k", [2, 3])
+def test_path_mass_is_each_rules_full_block_probability(k):
+    token = sd.markov.long_run.round_law(sd.markov.long_run.costed_chain(CH.P, CH.Q, c_d=C_D, c_v=C_V), k=k)
+    block = vm.block_round(CH.P, CH.Q, k=k)
+    for s in range(5):
+        m = vm.path_mass(CH.P, CH.Q, k=k, start=s)
+        assert abs(m.draft.sum() - 1) < 1e-12 and abs(m.target.sum() - 1) < 1e-12
+        assert abs(m.token.sum() - token.full[s].sum()) < 1e-12  # P(all k drafts accepted | s), token rule
+        assert abs(m.block.sum() - block.jumps[k + 1, s].sum()) < 1e-12  # P(tau = k | s), block verification
+        assert (m.token <= m.block + 1e-15).all() and (m.block <= torch.minimum(m.draft, m.target) + 1e-15).all()
+    assert m.block.sum() - m.token.sum() > 1e-3  # the block keeps strictly more on the chain
+
+
 def test_at_k_1_block_verification_is_the_token_rule():
     block = vm.block_round(CH.P, CH.Q, k=1)
     token = sd.markov.long_run.round_law(sd.markov.long_run.costed_chain(CH.P, CH.Q, c_d=C_D, c_v=C_V), k=1)
