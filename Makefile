@@ -15,7 +15,7 @@
 #   make figures     python -m specdec_lib.presentation figures/ (every registered figure as a PNG)
 #   make bench       time batched decode_markov against a per-sample loop (benchmarks/bench_markov.py)
 #   make models      train the lab's target and drafts on the stdlib's source (tools/train_models.py; ~15 min on 2 cores)
-#   make measure     the cost equation against the clock for every draft, and the batch regime (~5 min; MEASURE_ARGS="--help")
+#   make measure     the cost equation against the clock for every draft, the batch regime, block verification (~7 min; MEASURE_ARGS="--help")
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #

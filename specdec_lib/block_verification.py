@@ -42,7 +42,8 @@ def _block_shapes(p_rows, q_rows, proposals) -> int:
     """k, after checking that p_rows (..., k+1, V), q_rows (..., k, V) and proposals (..., k) fit together."""
     p_rows, q_rows = check_tensor("p_rows", p_rows), check_tensor("q_rows", q_rows)
     if not isinstance(proposals, torch.Tensor) or proposals.is_floating_point():
-        raise TypeError(f"proposals must be an integer tensor of token ids, got {type(proposals).__name__}")
+        got = proposals.dtype if isinstance(proposals, torch.Tensor) else type(proposals).__name__
+        raise TypeError(f"proposals must be an integer tensor of token ids, got {got}")
     if p_rows.dim() < 2 or q_rows.dim() < 2:
         raise ValueError(f"p_rows and q_rows must have shapes (..., k+1, V) and (..., k, V), "
                          f"got {tuple(p_rows.shape)} and {tuple(q_rows.shape)}")
@@ -95,8 +96,8 @@ def block_residual(p_rows: torch.Tensor, q_rows: torch.Tensor, weights: BlockWei
                    naive: bool = False) -> torch.Tensor:
     """Unnormalised weights (..., V) of the token after tau (...,) accepted drafts: P_{k+1} if tau = k, else
     max(p_tau P_{tau+1} - Q_{tau+1}, 0) (naive: max(P_{tau+1} - Q_{tau+1}, 0)); P_{tau+1} where that is all 0."""
-    k = q_rows.shape[-2]
     p_rows, q_rows = check_tensor("p_rows", p_rows), check_tensor("q_rows", q_rows)
+    k = q_rows.shape[-2]
     tau = torch.as_tensor(tau).long()
     if tau.numel() and (int(tau.min()) < 0 or int(tau.max()) > k):
         raise ValueError(f"tau must count accepted drafts in [0, {k}], got values in [{int(tau.min())}, "
@@ -147,23 +148,24 @@ def _poly(coef: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def _integral(coef: torch.Tensor) -> torch.Tensor:
     """Coefficients of the antiderivative that is 0 at 0 (one degree more)."""
-    m = torch.arange(1, coef.shape[-1] + 1, dtype=torch.float64)
+    m = torch.arange(1, coef.shape[-1] + 1, dtype=torch.float64, device=coef.device)
     return torch.cat([torch.zeros_like(coef[..., :1]), coef / m], -1)
 
 
 def product_tau_law(p: torch.Tensor) -> torch.Tensor:
-    """Law (..., k+1) of tau = the largest i with eta_1 ... eta_i <= p_i (0 if none), eta i.i.d. U[0, 1), p (..., k+1).
-
-    With S_i = -ln(eta_1 ... eta_i) (a Gamma(i) variable), row i passes iff S_i >= c_i = -ln p_i. No row after t
-    passes iff S_j < b_j for j > t, b_j = min_{l >= j} c_l; given S_t = s that chance is 1 + e^s g_t(s) on s < b_{t+1},
-    with polynomials g_k = 0, g_{j-1}(s) = -e^{-b_j} + G_j(b_j) - G_j(s) (G_j the antiderivative of g_j), and
-    P(tau = t) = int_{c_t}^{b_{t+1}} s^{t-1} / (t-1)! (e^{-s} + g_t(s)) ds."""
+    """P(tau = i) (..., k+1) from p (..., k+1): tau = the largest i with eta_1 ... eta_i <= p_i, eta i.i.d. U[0, 1)."""
+    # With S_i = -ln(eta_1 ... eta_i) (a Gamma(i) variable), row i passes iff S_i >= c_i = -ln p_i. No row after t
+    # passes iff S_j < b_j for j > t, b_j = min_{l >= j} c_l; given S_t = s that chance is 1 + e^s g_t(s) on
+    # s < b_{t+1}, with polynomials g_k = 0, g_{j-1}(s) = -e^{-b_j} + G_j(b_j) - G_j(s) (G_j the antiderivative of
+    # g_j), and P(tau = t) = int_{c_t}^{b_{t+1}} s^{t-1} / (t-1)! (e^{-s} + g_t(s)) ds.
     p = check_tensor("p", p).double()
+    if p.dim() < 1 or p.shape[-1] < 1:
+        raise ValueError(f"p must have a last axis of k+1 running weights p_0 .. p_k, got shape {tuple(p.shape)}")
     k = p.shape[-1] - 1
     c = torch.where(p[..., 1:] > 0, -torch.log(p[..., 1:].clamp(min=1e-300)), torch.inf)  # (..., k)
     b = torch.cat([c.flip(-1).cummin(-1).values.flip(-1), torch.full_like(p[..., :1], torch.inf)], -1)  # b_1..b_k+1
     # 1. the polynomials g_t, from g_k = 0 backwards (0 wherever no later row can pass: b_{t+1} = inf)
-    g = [torch.zeros(p.shape[:-1] + (1,), dtype=torch.float64)] * (k + 1)
+    g = [p.new_zeros(p.shape[:-1] + (1,))] * (k + 1)
     for j in range(k, 0, -1):
         G, bj = _integral(g[j]), b[..., j - 1]
         finite = torch.isfinite(bj)
@@ -180,7 +182,7 @@ def product_tau_law(p: torch.Tensor) -> torch.Tensor:
         lo_, hi_ = torch.where(ok, lo, 0.0), torch.where(hi_finite, hi, 0.0)
         tail_lo = torch.exp(-lo_) * sum(lo_ ** m / math.factorial(m) for m in range(t))
         tail_hi = torch.where(hi_finite, torch.exp(-hi_) * sum(hi_ ** m / math.factorial(m) for m in range(t)), 0.0)
-        shifted = torch.cat([torch.zeros(g[t].shape[:-1] + (t - 1,), dtype=torch.float64), g[t]], -1)
+        shifted = torch.cat([p.new_zeros(g[t].shape[:-1] + (t - 1,)), g[t]], -1)
         integral = _integral(shifted / math.factorial(t - 1))
         part = tail_lo - tail_hi + torch.where(hi_finite, _poly(integral, hi_) - _poly(integral, lo_), 0.0)
         law.append(torch.where(ok, part, 0.0))
@@ -191,6 +193,8 @@ def block_tau(weights: BlockWeights, eta: torch.Tensor, *, naive: bool = False) 
     """tau (...,) from the uniforms eta (..., k): the largest i with eta_i < h_i (naive: eta_1 ... eta_i <= p_i)."""
     k = weights.h.shape[-1]
     eta = check_tensor("eta", eta).double()
+    if eta.shape[-1:] != (k,):
+        raise ValueError(f"eta must hold one uniform per row of the block, shape (..., {k}); got {tuple(eta.shape)}")
     passed = eta.cumprod(-1) <= weights.p[..., 1:] if naive else eta < weights.h  # (..., k)
     rank = torch.arange(1, k + 1, device=eta.device)  # (k,)
     return torch.where(passed, rank, 0).amax(-1) if k else torch.zeros(eta.shape[:-1], dtype=torch.long,
@@ -202,8 +206,10 @@ def verify_batch_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: to
                        naive: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Block verification of n blocks: (accepted (n,), next token (n,)) for p_rows (n, k+1, V), q_rows (n, k, V)."""
     generator = check_generator(generator)
-    n, k = proposals.shape
     weights = block_weights(p_rows, q_rows, proposals, naive=naive)
+    if proposals.dim() != 2:
+        raise ValueError(f"proposals must be (n, k), one block a row; got shape {tuple(proposals.shape)}")
+    n, k = proposals.shape
     # 1. one uniform per row, drawn as verify_batch draws its acceptance uniforms
     eta = torch.rand(n, k, dtype=torch.float64, generator=generator, device=p_rows.device)  # (n, k)
     # 2. tau = the largest i whose row passes (eta_i < h_i), 0 if none: not the first failure

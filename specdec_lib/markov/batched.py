@@ -99,12 +99,13 @@ def tables(dec: Decoder) -> Tables:
     def cols(table: torch.Tensor) -> torch.Tensor:  # a CDF table transposed, for draw
         return table.T.contiguous()
 
-    block = {}
+    block_weights = block_fix = None
     if spec.verifier != "token" and V ** (dec.k + 1) <= BLOCK_TABLE_LIMIT:  # every block's round, by its row b
-        weights, tokens = block_table(spec, dec.target.double(), dec.ratio.double(), dec.k)
-        block = {"block_weights": weights, "block_fix": cols(cdf_table(tokens).reshape(-1, V))}
+        block_weights, tokens = block_table(spec, dec.target.double(), dec.ratio.double(), dec.k)
+        block_fix = cols(cdf_table(tokens).reshape(-1, V))
     return Tables(V=V, acc=acc, q=dec.propose.double().reshape(-1), draft=cols(cdf_table(dec.propose)),
-                  target=cols(cdf_table(dec.target)), fix=cols(fix), phantom=cols(cdf_table(dec.draft)), **block)
+                  target=cols(cdf_table(dec.target)), fix=cols(fix), phantom=cols(cdf_table(dec.draft)),
+                  block_weights=block_weights, block_fix=block_fix)
 
 
 class Round(NamedTuple):

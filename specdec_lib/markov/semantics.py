@@ -47,9 +47,8 @@ from .draft_rules import typical_threshold
 
 __all__ = ["DRAFT_CONTEXTS", "JUDGES", "RATIO_CONTEXTS", "ACCEPTANCES", "TARGET_ONLY", "RESIDUALS",
            "RESIDUAL_UNIFORMS", "BONUSES", "SCHEDULES", "VERIFIERS", "SGLANG_ACC_FLOOR", "draft_state", "judge_row",
-           "ratio_state",
-           "acceptance", "threshold_accept", "typical_keep", "residual_weights", "match_law", "reused_law",
-           "rejection_law", "bonus_row", "fix_uniform", "next_k", "argmax_rows", "typical_rows",
+           "ratio_state", "acceptance", "threshold_accept", "typical_keep", "residual_weights", "match_law",
+           "reused_law", "rejection_law", "bonus_row", "fix_uniform", "next_k", "argmax_rows", "typical_rows",
            "block_pass", "block_tokens", "block_round", "block_law"]
 
 SGLANG_ACC_FLOOR = 1e-9  # SGLang's launcher divides by max(threshold_acc, 1e-9)

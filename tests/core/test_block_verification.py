@@ -189,8 +189,14 @@ def test_weights_broadcast_and_validate():
     assert torch.equal(w.h[4], one.h) and torch.equal(w.p[4], one.p)
     with pytest.raises(ValueError, match="p_rows must hold k\\+1 rows"):
         block_weights(p_rows[:2], q_rows, xs)
-    with pytest.raises(TypeError, match="proposals must be an integer tensor"):
+    with pytest.raises(TypeError, match="proposals must be an integer tensor of token ids, got torch.float64"):
         block_weights(p_rows, q_rows, xs.double())
+    with pytest.raises(ValueError, match="eta must hold one uniform per row of the block, shape \\(..., 2\\)"):
+        block_tau(w, torch.rand(9, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="proposals must be \\(n, k\\)"):
+        verify_batch_block(p_rows, q_rows, xs[4])
+    with pytest.raises(ValueError, match="p must have a last axis of k\\+1 running weights"):
+        product_tau_law(torch.tensor(1.0, dtype=torch.float64))
     with pytest.raises(ValueError, match="tau must count accepted drafts in \\[0, 2\\]"):
         block_residual(p_rows, q_rows, one, torch.tensor(3))
 
