@@ -6,18 +6,21 @@ target's logits, computes the policy's rows once, tests the k proposals in one v
 the outcomes to the host in one transfer, and builds the residual of the one row it needs (verify_batch
 builds a padded q for all rows). It draws the same uniforms in the same order, so for the same generator
 state it returns the same tokens as greedy_batch or verify_batch (tests/lab/test_drafters.py checks both, draw
-for draw). method="block" is block verification (Sun et al., ICLR 2025): the same policy rows, handed to the
-core's verify_batch_block (specdec_lib/block_verification.py: its h_i, tau and residual), so it draws what that
-draws; greedy is the token rule under either method (a greedy target keeps exactly the argmax-matching prefix).
+for draw). method="block" is block verification (Sun et al., ICLR 2025) on the same policy rows, a fast
+one-block version of the core's verify_batch_block (specdec_lib/block_verification.py): P_i(X_i), Q_i(X_i) and
+the uniforms eta reach the host in one transfer, the running p_i and h_i are Python floats computed by the
+core's float64 operations in the core's order (so bit for bit its values), Z_i is summed only where a row can
+still pass, and one residual row is built; it draws what verify_batch_block draws (tests/lab/test_drafters.py).
+Greedy is the token rule under either method (a greedy target keeps exactly the argmax-matching prefix).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from .._checks import check_generator, check_tensor
-from ..block_verification import verify_batch_block
 from ..sampling import accept_ratio, residual_weights, sample_rows
 from .steps import check_policy, check_verifier, policy_probs
 
@@ -71,14 +74,49 @@ def accept_block(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.
 
 
 def _block_rule(p_rows, proposals, q_rows, generator, *, one_hot: bool) -> Acceptance:
-    """Block verification of one block by the core's verify_batch_block, in float64; one transfer (A)."""
+    """Block verification of one block in float64, draw for draw the core's verify_batch_block (n = 1)."""
     p = p_rows.double()  # (k+1, V): the core works in float64
+    idx = proposals.long().unsqueeze(1)  # (k, 1)
     if one_hot:  # q is 1 at each proposal: built here, so q_rows may be None
-        q = torch.zeros_like(p[:-1]).scatter_(1, proposals[:, None], 1.0)  # (k, V)
+        q = torch.zeros_like(p[:-1]).scatter_(1, idx, 1.0)  # (k, V)
     else:
         q = q_rows.double()  # (k, V)
-    accepted, nxt = verify_batch_block(p[None], q[None], proposals[None], generator)
-    return Acceptance(int(accepted[0]), nxt[0])  # eta (1, k) first, then the token's own uniform
+    k = idx.shape[0]
+    eta = torch.rand(1, k, dtype=torch.float64, generator=generator, device=p.device)  # (1, k), the core's
+    p_x, q_x, eta = zip(*torch.cat([p.gather(1, idx), q.gather(1, idx), eta.T], 1).tolist())  # one transfer
+    weight = _running_weights(p_x, q_x)  # p_0 .. p_k
+    if eta[k - 1] < weight[k]:  # the last row passes (h_k = p_k): tau = k, no Z_i needed, the bonus row P_{k+1}
+        return Acceptance(k, sample_rows(p[k], generator))  # the core's max(1 P_{k+1} - 0, 0) is P_{k+1} itself
+    owed, z = _owed(p, q, weight)  # rows 0 .. m-1; rows m .. k-1 have p_i = 0, so h_i = 0: none passes
+    h = _pass_chances(z, weight)  # h_1 .. h_{m-1}
+    tau = next((i for i in range(len(h), 0, -1) if eta[i - 1] < h[i - 1]), 0)  # the last passing row, 0 if none
+    r = owed[tau] if z[tau] > 0 else p[tau]  # max(p_tau P_{tau+1} - Q_{tau+1}, 0), P_{tau+1} where nothing is owed
+    return Acceptance(tau, sample_rows(r, generator))  # 0-d; its own uniform, after eta
+
+
+def _running_weights(p_x, q_x) -> list[float]:
+    """p_0 = 1, p_i = min(1, p_{i-1} P_i(X_i) / Q_i(X_i)): block_weights' float64 steps, in its order, in Python."""
+    weight = [1.0]
+    for px, qx in zip(p_x, q_x):
+        ratio = px / qx if qx > 0 else (math.inf if px > 0 else 0.0)  # a draft that gives X no mass: inf or 0
+        prev = weight[-1]
+        weight.append(min(prev * ratio, 1.0) if prev > 0 else 0.0)  # once 0, it stays 0 (never 0 * inf)
+    return weight
+
+
+def _owed(p: torch.Tensor, q: torch.Tensor, weight: list[float]) -> tuple[torch.Tensor, list[float]]:
+    """max(p_i P_{i+1} - Q_{i+1}, 0) (m, V) and its sums Z_0 .. Z_{m-1} (one transfer), for i = 0 .. m-1, m the
+    first row i < k with p_i = 0 (else k): the core's Z_i and residual rows, by the same float64 operations."""
+    m = next((i for i in range(1, q.shape[0]) if weight[i] <= 0), q.shape[0])
+    scale = torch.tensor(weight[:m], dtype=torch.float64, device=p.device).unsqueeze(1)  # (m, 1) p_0 .. p_{m-1}
+    owed = (scale * p[:m] - q[:m]).clamp(min=0)  # (m, V)
+    return owed, owed.sum(-1).tolist()
+
+
+def _pass_chances(z: list[float], weight: list[float]) -> list[float]:
+    """h_i = Z_i / (Z_i + 1 - p_i), 1 at 0/0, for i = 1 .. m-1 from Z_0 .. Z_{m-1}: block_weights' steps."""
+    dens = [z_i + (1 - p_i) for z_i, p_i in zip(z[1:], weight[1:])]  # the core's den = z + (1 - p)
+    return [min(z_i / den, 1.0) if den > 0 else 1.0 for z_i, den in zip(z[1:], dens)]
 
 
 def _check_block(p_logits, proposals, q_rows, *, needs_q: bool) -> int:

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from pairs import f64, random_pairs
 from stats import tv_bound
 
 import specdec_lib as sd
@@ -17,28 +18,8 @@ N = 200_000
 RULE_NS = {"kseq": (1, 2, 3, 4), "spechub": (1, 2)}  # SpecHub drafts a pair
 
 
-def f64(x) -> torch.Tensor:
-    x = torch.as_tensor(x, dtype=torch.float64)
-    return x / x.sum()
-
-
-def random_pairs(count: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Seeded (p, q) pairs over 2..6 tokens at several sharpnesses, a third with a zero in q."""
-    g = torch.Generator().manual_seed(seed)
-    pairs = []
-    for i in range(count):
-        V = 2 + i % 5
-        scale = 0.3 + 3 * torch.rand(1, generator=g, dtype=torch.float64)
-        p = torch.softmax(scale * torch.randn(V, generator=g, dtype=torch.float64), 0)
-        q = torch.softmax(scale * torch.randn(V, generator=g, dtype=torch.float64), 0)
-        if i % 3 == 2:
-            q[int(torch.randint(V, (1,), generator=g))] = 0.0
-        pairs.append((p, q / q.sum()))
-    return pairs
-
-
 POST = tuple(f64(t) for t in sd.post_pair())
-PAIRS = [POST] + random_pairs(40, seed=2310)
+PAIRS = [POST] + random_pairs(40, seed=2310, sizes=5, low=0.3)
 
 
 @pytest.mark.parametrize("rule", list(RULE_NS))

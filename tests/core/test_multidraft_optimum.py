@@ -4,6 +4,7 @@ import functools
 import networkx as nx
 import pytest
 import torch
+from pairs import f64, random_pairs
 
 import specdec_lib as sd
 from specdec_lib.multidraft import RULES, multidraft_accept_probability
@@ -15,27 +16,7 @@ from specdec_lib.multidraft_rules import draft_outcomes
 SCHEMES = [(draws, n) for draws in DRAWS for n in range(1, 5) if draws != "hub" or n <= 2]  # hub: SpecHub's pair
 
 
-def f64(x) -> torch.Tensor:
-    x = torch.as_tensor(x, dtype=torch.float64)
-    return x / x.sum()
-
-
-def random_pairs(count: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Seeded (p, q) pairs over 2..5 tokens, sharp and flat, some with zeros in q."""
-    g = torch.Generator().manual_seed(seed)
-    pairs = []
-    for i in range(count):
-        V = 2 + i % 4
-        scale = 0.5 + 3 * torch.rand(1, generator=g, dtype=torch.float64)
-        p = torch.softmax(scale * torch.randn(V, generator=g, dtype=torch.float64), 0)
-        q = torch.softmax(scale * torch.randn(V, generator=g, dtype=torch.float64), 0)
-        if i % 3 == 2:
-            q[int(torch.randint(V, (1,), generator=g))] = 0.0
-        pairs.append((p, q / q.sum()))
-    return pairs
-
-
-PAIRS = [tuple(f64(t) for t in sd.post_pair())] + random_pairs(8, seed=24)
+PAIRS = [tuple(f64(t) for t in sd.post_pair())] + random_pairs(8, seed=24, sizes=4, low=0.5)
 
 
 @functools.cache
