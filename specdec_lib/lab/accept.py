@@ -9,8 +9,9 @@ state it returns the same tokens as greedy_batch or verify_batch (tests/lab/test
 for draw). method="block" is block verification (Sun et al., ICLR 2025) on the same policy rows, a fast
 one-block version of the core's verify_batch_block (specdec_lib/block_verification.py): P_i(X_i), Q_i(X_i) and
 the uniforms eta reach the host in one transfer, the running p_i and h_i are Python floats computed by the
-core's float64 operations in the core's order (so bit for bit its values), Z_i is summed only where a row can
-still pass, and one residual row is built; it draws what verify_batch_block draws (tests/lab/test_drafters.py).
+core's float64 operations in the core's order (so bit for bit its values), the rows max(p_i P_{i+1} - Q_{i+1}, 0)
+are built only if the last row fails and only while p_i > 0 (their sums are Z_i, one of them is the residual);
+it draws what verify_batch_block draws, draw for draw (tests/lab/test_drafters.py).
 Greedy is the token rule under either method (a greedy target keeps exactly the argmax-matching prefix).
 """
 from __future__ import annotations
@@ -105,8 +106,7 @@ def _running_weights(p_x, q_x) -> list[float]:
 
 
 def _owed(p: torch.Tensor, q: torch.Tensor, weight: list[float]) -> tuple[torch.Tensor, list[float]]:
-    """max(p_i P_{i+1} - Q_{i+1}, 0) (m, V) and its sums Z_0 .. Z_{m-1} (one transfer), for i = 0 .. m-1, m the
-    first row i < k with p_i = 0 (else k): the core's Z_i and residual rows, by the same float64 operations."""
+    """The core's residual rows max(p_i P_{i+1} - Q_{i+1}, 0) (m, V) and Z_i, i < m (the first p_i = 0, or k)."""
     m = next((i for i in range(1, q.shape[0]) if weight[i] <= 0), q.shape[0])
     scale = torch.tensor(weight[:m], dtype=torch.float64, device=p.device).unsqueeze(1)  # (m, 1) p_0 .. p_{m-1}
     owed = (scale * p[:m] - q[:m]).clamp(min=0)  # (m, V)
