@@ -1,7 +1,8 @@
 """Act VI, which exact verifier fits which draft: the tables notebook 08 shows, each number computed exactly.
 
 A round from start state s drafts x_1 .. x_k from Q. block_round enumerates every drafted path (V^k per start)
-and reads block verification's weights, its tau law and its residual from core block_verification, so it gives
+through the exact engine's block_outcomes (markov/block_round.py: core block_verification's weights, tau law and
+residual), so it gives
 E[N | s] (tokens a round commits: tau accepted drafts and one token of the target's) and the law of the next
 round's start. The token rule's round is long_run.round_law at a fixed k. Both go through long_run's stationary
 law of round starts to the long-run N̄ and S = N̄ / C̄ (a round costs k c_d + c_v), the measure of notebook 07's
@@ -19,14 +20,15 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_choice, check_int, check_numbers, check_real
-from ..block_verification import BlockWeights, block_residual, block_weights, tau_law
 from ..multidraft import multidraft_accept_probability
 from ..multidraft_optimum import multidraft_optimum
 from ..policy import policy_table
 from ..sampling import post_pair
 from .adaptive import PolicyResult, policy_speedup
+from .block_round import block_outcomes
 from .chain import check_table, reference_chain
 from .long_run import costed_chain, long_run_result, round_law, stationary
+from .spec import DecoderSpec
 from .tree import tree_expected_tokens
 
 __all__ = ["RULES", "VERIFIERS", "DRAFTS", "MAX_PATHS", "BlockRound", "block_round", "PathMass", "path_mass",
@@ -36,8 +38,7 @@ __all__ = ["RULES", "VERIFIERS", "DRAFTS", "MAX_PATHS", "BlockRound", "block_rou
 RULES = ("token", "block", "block_naive")  # the token rule, block verification, its known wrong port
 VERIFIERS = ("token rule", "block verification", "multi-draft")  # the map's labels, simplest first
 DRAFTS = ("sampled", "deterministic")  # a draft drawn from q, or q's argmax (top-n for many drafts)
-MAX_PATHS = 400_000  # drafted paths per start state (V^k); the enumeration holds a chunk of them at a time
-_CHUNK = 1 << 15  # paths per chunk: (chunk, k + 1, V) float64 rows
+MAX_PATHS = 50_000  # drafted paths per start state (V^k); the round holds (V, V^k, k + 1, V) float64 numbers
 
 
 @dataclass(frozen=True)
@@ -69,41 +70,18 @@ def _tables(P, Q, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     return P / P.sum(-1, keepdim=True), Q / Q.sum(-1, keepdim=True)
 
 
-def _paths(V: int, k: int, start: int, lo: int, hi: int) -> torch.Tensor:
-    """Paths lo .. hi - 1 (row-major over x_1 .. x_k) from `start`, with start in front: (hi - lo, k + 1)."""
-    idx = torch.arange(lo, hi)
-    digits = [(idx // V ** (k - 1 - j)) % V for j in range(k)]
-    return torch.stack([torch.full_like(idx, start)] + digits, -1)
-
-
-def _block_chunk(P, Q, path, naive: bool) -> torch.Tensor:
-    """(k + 2, V): P(N = n, next start) summed over one chunk of paths (n, k + 1) from one start."""
-    k = path.shape[1] - 1
-    weight = Q[path[:, :-1], path[:, 1:]].prod(-1)  # (n,) Q(x_1 .. x_k)
-    path, weight = path[weight > 0], weight[weight > 0]  # paths the draft never proposes carry nothing
-    prev, props = path[:, :-1], path[:, 1:]  # (n, k) the token before each draft; the drafts
-    p_rows = torch.cat([P[prev], P[props[:, -1:]]], 1)  # (n, k + 1, V) P_1 .. P_{k+1}
-    q_rows = Q[prev]  # (n, k, V)
-    w = block_weights(p_rows, q_rows, props, naive=naive)
-    law = tau_law(w.h)  # (n, k + 1) P(tau = i | path)
-    taus = torch.arange(k + 1).expand(path.shape[0], k + 1)  # (n, k + 1): every tau of every path at once
-    r = block_residual(p_rows[:, None], q_rows[:, None], BlockWeights(w.p[:, None], w.h[:, None]), taus,
-                       naive=naive)  # (n, k + 1, V) unnormalised: the token drawn after tau accepted drafts
-    out = torch.zeros(k + 2, P.shape[0], dtype=torch.float64)
-    out[1:] = ((weight[:, None] * law)[..., None] * r / r.sum(-1, keepdim=True)).sum(0)  # N = tau + 1
-    return out
-
-
 def block_round(P, Q, *, k: int, naive: bool = False, temperature: float = 1.0) -> BlockRound:
-    """Block verification's round (naive=True: the wrong port's) at k from every start, over all V^k paths."""
+    """Block verification's round (naive=True: the wrong port's) at k from every start: the exact engine's
+    block_outcomes (markov/block_round.py) over all V^k drafted paths, the committed drafts summed out."""
     P, Q = _tables(P, Q, temperature)
     V, k = P.shape[0], check_int("k", k, minimum=1)
     if V ** k > MAX_PATHS:
         raise ValueError(f"k = {k} needs {V}^{k} drafted paths per start state; at most {MAX_PATHS} are allowed")
+    spec = DecoderSpec(verifier="block_naive" if naive else "block")
     jumps = torch.zeros(k + 2, V, V, dtype=torch.float64)
-    for s in range(V):
-        for lo in range(0, V ** k, _CHUNK):
-            jumps[:, s] += _block_chunk(P, Q, _paths(V, k, s, lo, min(lo + _CHUNK, V ** k)), naive)
+    for s, out in enumerate(block_outcomes(spec, P, Q, Q, k)):
+        for i, kept in enumerate(out.kept):  # kept (V,) * (i + 1): the i kept drafts, then the round's last token
+            jumps[i + 1, s] = kept.reshape(-1, V).sum(0)  # N = i + 1, the next round starts at that last token
     return BlockRound("block_naive" if naive else "block", k, jumps)
 
 
