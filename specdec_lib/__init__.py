@@ -12,17 +12,20 @@ core (this folder, torch only)   _checks, sampling, policy, noise, verification,
   Act V    multidraft             many drafts at one position: every rule's exact law and sampler
   Act VI   block_verification     the k drafts judged together: block verification and its known wrong port;
            multidraft_optimum     the most any exact verifier can keep of many drafts
+surface/ (imports core)           02d: generation with the whole sampling surface (penalties, processors, a grammar,
+                                  EOS, max_new_tokens, logprobs), plain and speculative, their exact laws, the
+                                  loop's registered variants (the field guide's sampling-surface chapter)
 markov/  (imports core)           Act II's testbed: the chain, the decoder spec and registry, the reference
                                   decoder, the batched decoder, the exact engine; Act V's draft trees
 lab/     (imports core)           a causal transformer with a croppable KV cache, the alignment test, a trained
                                   pair, generation, the cost equation against the clock
-conformance/ (core, markov)       the kit: audit anyone's verifier or drafter against exact laws
+conformance/ (core, markov)       the kit: audit anyone's verifier, drafter or generation loop against exact laws
 presentation/, exercises/         figures and sliders; the workshop's graders; nothing in the layers below
                                   imports them
 """
 import importlib
 
-from . import lab, markov
+from . import lab, markov, surface
 from .accounting import (BayesCurve, SurvivorStats, bayes_conditional_acceptance, expected_accepted,
                          expected_tokens, full_block_probability, reach_probabilities, simulate_blocks,
                          simulate_mixture, survivor_statistics)
@@ -70,7 +73,7 @@ __all__ = [
     # Act VI: the best exact verifier
     "block_weights", "tau_law", "multidraft_optimum",
 ]
-_LAYERS = (lab, markov)  # sd.lab and sd.markov are attributes of the facade
+_LAYERS = (lab, markov, surface)  # sd.lab, sd.markov and sd.surface are attributes of the facade
 
 _LAZY = ("conformance", "presentation", "exercises")  # layers above the facade: imported on first use
 

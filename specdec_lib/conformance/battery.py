@@ -7,7 +7,8 @@ whole report below delta). A wrong verifier with completed law pi_b, TV(pi_b, pi
 its own estimate lands more than its noise away: E TV <= 1/2 sum sqrt(pi_b (1 - pi_b) / n) <= 1/2 sqrt((M - 1) / n)
 (Cauchy-Schwarz; pi_b unknown), plus the McDiarmid term sqrt(ln(1/beta) / (2 n)) with probability 1 - beta.
 Every term scales as 1/sqrt(n), so n = ((c_tau + sqrt(M - 1) / 2 + sqrt(ln(1/beta) / 2)) / epsilon)^2,
-with c_tau = tau(1).
+with c_tau = tau(1). law_power does this for any law vector pi (check_generation's output laws among them);
+power reads it for a battery case.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ..noise import tv_noise_bound
 from ..sampling import post_pair
 from .laws import target_law
 
-__all__ = ["EPSILON", "BETA", "DELTA", "Promise", "PROMISE", "Case", "battery", "Power", "power"]
+__all__ = ["EPSILON", "BETA", "DELTA", "Promise", "PROMISE", "Case", "battery", "Power", "power", "law_power"]
 
 EPSILON = 0.15  # the smallest TV (per case, on the completed law) the kit promises to catch
 BETA = 1e-3  # the chance, per case, of missing a verifier that far off
@@ -114,19 +115,30 @@ class Power:
         return 1.0 - math.exp(-2 * self.num_blocks * (tv - margin) ** 2) if tv > margin else 0.0
 
 
-def power(case: Case, *, num_blocks: int | None = None, cases: int, promise: Promise = PROMISE) -> Power:
-    """Sample size (num_blocks, unless given) and threshold of one case, from the calculation in this module's
-    docstring; `cases` is the number of cases the report's delta is shared among."""
-    if not isinstance(case, Case):
-        raise TypeError(f"case must be a Case, got {type(case).__name__}")
+def law_power(pi: torch.Tensor, *, num_samples: int | None = None, cases: int, promise: Promise = PROMISE) -> Power:
+    """Sample size (num_samples, unless given) and threshold for comparing n draws with the law vector pi (M,), from
+    the calculation in this module's docstring: M = pi.numel() outcomes (zero entries count: a bin that collects
+    whatever the exact law never emits is one of them); `cases` is the number of cases the report's delta is shared
+    among. The returned Power's num_blocks is that n (one draw per block, sample or call)."""
+    if not isinstance(pi, torch.Tensor):
+        raise TypeError(f"pi must be a torch.Tensor (a law over M outcomes), got {type(pi).__name__}")
     if not isinstance(promise, Promise):
         raise TypeError(f"promise must be a Promise, got {type(promise).__name__}")
     cases = check_int("cases", cases, minimum=1)
-    n = None if num_blocks is None else check_int("num_blocks", num_blocks, minimum=1)
+    n = None if num_samples is None else check_int("num_samples", num_samples, minimum=1)
     eps, beta, delta = promise.epsilon, promise.beta, promise.delta
-    pi = target_law(case.p_rows).reshape(-1)
+    pi = pi.reshape(-1).double()
     M = pi.numel()
     c = tv_noise_bound(pi, 1, delta / cases) + 0.5 * math.sqrt(M - 1) + math.sqrt(math.log(1 / beta) / 2)
     n = math.ceil((c / eps) ** 2) if n is None else n
     floor = 0.5 * torch.sqrt(pi * (1 - pi) / n).sum().item()
     return Power(num_blocks=n, threshold=tv_noise_bound(pi, n, delta / cases), floor=floor, detectable=c / math.sqrt(n))
+
+
+def power(case: Case, *, num_blocks: int | None = None, cases: int, promise: Promise = PROMISE) -> Power:
+    """Sample size (num_blocks, unless given) and threshold of one case: law_power of its target law, M = V^(k+1)
+    outcomes; `cases` is the number of cases the report's delta is shared among."""
+    if not isinstance(case, Case):
+        raise TypeError(f"case must be a Case, got {type(case).__name__}")
+    n = None if num_blocks is None else check_int("num_blocks", num_blocks, minimum=1)
+    return law_power(target_law(case.p_rows), num_samples=n, cases=cases, promise=promise)

@@ -7,7 +7,8 @@ size (`tv_noise_bound`). An exception raised by the learner's function is report
 NotImplementedError: an unfinished stub re-raises it unchanged.
 
 Act I   grade_residual, grade_acceptance_probability, grade_speculative_sample
-Act II  grade_verify_block, grade_smallest_catching_m; the field guide's grade_find_bug
+Act II  grade_verify_block, grade_smallest_catching_m; the field guide's grade_find_bug; the kit's grade_name_bug
+Surface grade_penalised_rows (the sampling surface, 02d)
 Act III grade_expected_tokens, grade_conditional_acceptance
 Act IV  grade_speedup, grade_best_k
 Lab     grade_fit_alpha, grade_predict_speedup
@@ -15,6 +16,7 @@ Act V   grade_rrs_step, grade_best_widths; bending the rules: grade_is_exact, gr
 Act VI  grade_block_h, grade_needs
 """
 from ._report import Grade
+from .audit import grade_name_bug
 from .bending_the_rules import grade_best_setting, grade_is_exact
 from .block_decoder import grade_smallest_catching_m, grade_verify_block
 from .cost_model import grade_best_k, grade_speedup
@@ -23,10 +25,11 @@ from .field_guide import grade_find_bug
 from .many_drafts import grade_best_widths, grade_rrs_step
 from .measure_it import grade_fit_alpha, grade_predict_speedup
 from .optimal_verification import grade_block_h, grade_needs
+from .sampling_surface import grade_penalised_rows
 from .token_accounting import grade_conditional_acceptance, grade_expected_tokens
 
 __all__ = ["Grade", "grade_residual", "grade_acceptance_probability", "grade_speculative_sample",
            "grade_verify_block", "grade_smallest_catching_m", "grade_find_bug", "grade_expected_tokens",
            "grade_conditional_acceptance", "grade_speedup", "grade_best_k", "grade_fit_alpha", "grade_predict_speedup",
            "grade_rrs_step", "grade_best_widths", "grade_is_exact", "grade_best_setting",
-           "grade_block_h", "grade_needs"]
+           "grade_block_h", "grade_needs", "grade_name_bug", "grade_penalised_rows"]

@@ -1,5 +1,5 @@
 """The learners' copies (tools/make_student.py): no solution code, and they run top to bottom failing only in the
-check cells, with NotImplementedError. Executing the nine notebooks with exercises takes minutes: marked slow, run by
+check cells, with NotImplementedError. Executing the eleven notebooks with exercises takes minutes: marked slow, run by
 `make test-student`."""
 import ast
 import subprocess
@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import make_student  # noqa: E402
 
-EXERCISE_NOTEBOOKS = ["01_distribution", "02_block_decoder", "02b_field_guide", "03_token_accounting", "04_cost_model",
-                      "05_measure_it", "06_many_drafts_and_trees", "07_bending_the_rules", "08_optimal_verification"]
+EXERCISE_NOTEBOOKS = ["01_distribution", "02_block_decoder", "02b_field_guide", "02c_audit", "02d_sampling_surface",
+                      "03_token_accounting", "04_cost_model", "05_measure_it", "06_many_drafts_and_trees",
+                      "07_bending_the_rules", "08_optimal_verification"]
 
 
 def tags(cell):
