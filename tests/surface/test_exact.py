@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from surface_support import DRAFT, EOS, PROMPT, TARGET, V, single_thread
 
 from specdec_lib.surface import (
     Grammar,
@@ -27,32 +28,8 @@ from specdec_lib.surface import (
 from specdec_lib.surface.exact import plain_logprob, verify_law
 from specdec_lib.surface.loop import SPEC_CHOICES
 
-V, EOS, PROMPT = 5, 4, (0, 2)
 EXACT = 1e-12
-
-
-class Chain:
-    """logits = table[last `order` tokens] (a context-tuple -> logits (V,) model)."""
-
-    def __init__(self, order: int, seed: int, scale: float = 1.5):
-        g = torch.Generator().manual_seed(seed)
-        self.order = order
-        self.table = torch.randn((V,) * order + (V,), generator=g, dtype=torch.float64) * scale
-
-    def __call__(self, ctx):
-        return self.table[tuple(ctx[-self.order:])]
-
-
-TARGET, DRAFT = Chain(2, 0), Chain(1, 1)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread is fastest, and a loaded machine's thread pool can be 30x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+one_thread = pytest.fixture(autouse=True, scope="module")(single_thread)
 
 FEATURES = {  # each feature alone, then combinations
     "temperature": Settings(temperature=0.6, eos=EOS, max_new_tokens=3),

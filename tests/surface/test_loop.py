@@ -10,6 +10,7 @@ from collections import Counter
 
 import pytest
 import torch
+from surface_support import DRAFT, EOS, PROMPT, TARGET, V, single_thread
 
 import specdec_lib as sd
 from specdec_lib.surface import (
@@ -25,33 +26,10 @@ from specdec_lib.surface import (
     speculative_law,
 )
 
-V, EOS, PROMPT = 5, 4, (0, 2)
-
-
-class Chain:
-    """logits = table[last `order` tokens] (a context-tuple -> logits (V,) model)."""
-
-    def __init__(self, order: int, seed: int, scale: float = 1.5):
-        g = torch.Generator().manual_seed(seed)
-        self.order = order
-        self.table = torch.randn((V,) * order + (V,), generator=g, dtype=torch.float64) * scale
-
-    def __call__(self, ctx):
-        return self.table[tuple(ctx[-self.order:])]
-
-
-TARGET, DRAFT = Chain(2, 0), Chain(1, 1)
 # a grammar, EOS and a cap of 3 leave 28 texts: the bound is 0.25 at N = 300, and the control's exact TV is 0.64
 CASE = Settings(repetition_penalty=2.0, logit_bias=((1, -3.0),), grammar=alternating(V), eos=EOS, max_new_tokens=3)
 N = 300
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+one_thread = pytest.fixture(autouse=True, scope="module")(single_thread)
 
 
 def empirical_tv(outputs, law) -> tuple[float, float]:
