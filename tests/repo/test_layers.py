@@ -201,3 +201,12 @@ def test_every_module_says_what_it_exports(path):
 def _lazy(tree: ast.Module) -> bool:
     """True when a package's __init__ resolves names on first use (a module-level __getattr__)."""
     return any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
+
+
+def test_test_files_have_unique_basenames():
+    # tests/ has no __init__.py files, so pytest imports each test file by its basename: two files of one name in
+    # different folders break the whole collection ("import file mismatch")
+    from collections import Counter
+
+    names = Counter(p.name for p in (PKG.parent / "tests").rglob("test_*.py"))
+    assert not [n for n, c in names.items() if c > 1], sorted(n for n, c in names.items() if c > 1)
