@@ -12,6 +12,7 @@ measure      the cost terms, timed, and the predicted speedup against the measur
 recording    the recorded `make measure` run (specdec_lib/data/measure_reference.json), read in one place
 batch_cost   one target pass over B x (k + 1) positions: c_v(k; B) and the best k per batch size
 tree_attention  Act V: a draft tree scored in one target pass (ancestor mask, per-node positions)
+hf_causal_lm  any Hugging Face causal LM as a lab model (its DynamicCache cropped on rejection); tiny random ones
 
 The names below are reached as sd.lab.<name>.
 """
@@ -21,8 +22,9 @@ from .batch_cost import LinearCost
 from .corpus import corpus_prompts
 from .drafters import NeuralDraft, PromptLookupDraft, TableDraft
 from .generation import exact_continuations, generate_plain, generate_speculative
+from .hf_causal_lm import HFCausalLM, set_matmul, tiny_hf_model
 from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
-from .ngram import NGramTable, build_ngram, corpus_table
+from .ngram import NGramTable, SparseNGramTable, build_ngram, build_sparse_ngram, corpus_table
 from .recording import Recording, load_recording, recorded
 from .transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
 from .tree_attention import (
@@ -44,4 +46,5 @@ __all__ = [
     "measure_speedup", "SpeedupTable", "Recording", "load_recording", "recorded", "LinearCost", "NeuralDraft",
     "TableDraft", "PromptLookupDraft", "NGramTable", "build_ngram", "corpus_table", "FlatTree", "tree_from_widths",
     "tree_mask", "tree_positions", "tree_scores", "path_scores", "tree_alignment_report", "TreeAlignmentReport",
+    "HFCausalLM", "set_matmul", "tiny_hf_model", "SparseNGramTable", "build_sparse_ngram",
 ]

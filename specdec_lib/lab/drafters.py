@@ -4,7 +4,7 @@ A drafter keeps a per-run state (start), proposes k tokens after the n committed
 drew them (propose), and forgets what verification rejected (rollback):
 
   NeuralDraft        a small CachedLM with a rollback KV cache; q is its policy's distribution
-  TableDraft         a token n-gram table from the training corpus (sd.lab.build_ngram); one-hot q, no network
+  TableDraft         a token n-gram table from a corpus (dense: build_ngram; sparse, any vocab: build_sparse_ngram)
   PromptLookupDraft  copies what followed the latest earlier match of the last m tokens; one-hot q
 
 A one-hot q proposes one token with probability 1, so the acceptance test keeps it with probability p(x) and
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import check_int
-from .ngram import NGramTable
+from .ngram import NGramTable, SparseNGramTable
 from .steps import pick, prefill
 
 __all__ = ["draft_block", "NeuralDraft", "OneHotDraft", "TableDraft", "PromptLookupDraft", "as_drafter"]
@@ -65,27 +65,25 @@ class OneHotDraft:
 
     def __init__(self, vocab: int, name: str):
         self.vocab = check_int("vocab", vocab, minimum=2)
-        if self.vocab > 256:
-            raise ValueError(f"vocab must be <= 256 (one-hot drafts read tokens as bytes), got {vocab}")
         self.name = name
 
-    def start(self, prompt: torch.Tensor) -> bytearray:
-        """The committed tokens seen so far, as bytes on the host (filled by propose)."""
-        return bytearray()
+    def start(self, prompt: torch.Tensor) -> bytearray | list[int]:
+        """The committed tokens seen so far on the host (filled by propose): bytes when vocab <= 256, else ints."""
+        return bytearray() if self.vocab <= 256 else []
 
-    def next_tokens(self, text: bytearray, k: int) -> list[int]:
+    def next_tokens(self, text: bytearray | list[int], k: int) -> list[int]:
         raise NotImplementedError
 
-    def propose(self, state: bytearray, seq: torch.Tensor, n: int, k: int, *, temperature: float, top_k, generator):
+    def propose(self, state, seq: torch.Tensor, n: int, k: int, *, temperature: float, top_k, generator):
         """(proposals (k,), one-hot q rows (k, V) or None when greedy) after the committed seq[:n]."""
-        state += bytes(seq[len(state):n].tolist())  # committed tokens never change: read only the new ones
+        state.extend(seq[len(state):n].tolist())  # committed tokens never change: read only the new ones
         proposals = torch.tensor(self.next_tokens(state, k), dtype=torch.long, device=seq.device)  # (k,)
         if temperature == 0.0:
             return proposals, None
         q_rows = torch.zeros(k, self.vocab, device=seq.device).scatter_(1, proposals[:, None], 1.0)  # (k, V)
         return proposals, q_rows
 
-    def rollback(self, state: bytearray, n: int) -> None:
+    def rollback(self, state, n: int) -> None:
         """Nothing to undo: the state holds committed tokens only (it may lag behind n)."""
         del state[n:]
 
@@ -93,16 +91,22 @@ class OneHotDraft:
 class TableDraft(OneHotDraft):
     """Each proposal is the table's argmax next token after the text so far, proposals included."""
 
-    def __init__(self, table: NGramTable, name: str = "table"):
-        if not isinstance(table, NGramTable):
-            raise TypeError(f"table must be an NGramTable (sd.lab.build_ngram), got {type(table).__name__}")
+    def __init__(self, table: NGramTable | SparseNGramTable, name: str = "table"):
+        if not isinstance(table, (NGramTable, SparseNGramTable)):
+            raise TypeError("table must be an NGramTable (sd.lab.build_ngram) or a SparseNGramTable "
+                            f"(sd.lab.build_sparse_ngram), got {type(table).__name__}")
         super().__init__(table.vocab, name)
         self.table = table
 
-    def next_tokens(self, text: bytearray, k: int) -> list[int]:
+    def next_tokens(self, text, k: int) -> list[int]:
         o1, V, tables = self.table.order - 1, self.vocab, self.table.tables
         ext = list(text[len(text) - o1:]) if o1 else []  # the context the next lookup reads, proposals included
         out = []
+        if isinstance(self.table, SparseNGramTable):  # only seen contexts are stored: next_token backs off
+            for _ in range(k):
+                out.append(self.table.next_token(ext))
+                ext.append(out[-1])
+            return out
         for _ in range(k):
             c = min(o1, len(ext))
             code = 0
@@ -127,11 +131,11 @@ class PromptLookupDraft(OneHotDraft):
         super().__init__(vocab, name)
         self.m = check_int("m", m, minimum=1)
 
-    def next_tokens(self, text: bytearray, k: int) -> list[int]:
+    def next_tokens(self, text, k: int) -> list[int]:
         n = len(text)
         start = n - 1  # no match: copy the last token
         for size in range(min(self.m, n - 1), 0, -1):
-            i = text.rfind(text[n - size:], 0, n - 1)  # latest occurrence ending before the last token
+            i = _rfind(text, text[n - size:], n - 1)  # latest occurrence ending before the last token
             if i >= 0:
                 start = i + size
                 break
@@ -142,6 +146,17 @@ class PromptLookupDraft(OneHotDraft):
             out.append(x)
             ext.append(x)
         return out
+
+
+def _rfind(text, pattern, end: int) -> int:
+    """The latest i with text[i:i + len(pattern)] == pattern, ending at or before end; -1 if none (bytes.rfind)."""
+    if isinstance(text, (bytes, bytearray)):
+        return text.rfind(pattern, 0, end)
+    size, first = len(pattern), pattern[0]
+    for i in range(end - size, -1, -1):
+        if text[i] == first and text[i:i + size] == pattern:
+            return i
+    return -1
 
 
 def as_drafter(draft):

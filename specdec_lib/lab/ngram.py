@@ -15,7 +15,7 @@ import torch
 from .._checks import check_int, check_token_ids
 from .corpus import corpus
 
-__all__ = ["MAX_CONTEXTS", "NGramTable", "build_ngram", "corpus_table"]
+__all__ = ["MAX_CONTEXTS", "NGramTable", "SparseNGramTable", "build_ngram", "build_sparse_ngram", "corpus_table"]
 
 MAX_CONTEXTS = 1 << 24  # entries of the largest dense table (16 MB of bytes): 256**3, orders up to 4 over bytes
 
@@ -66,6 +66,49 @@ def build_ngram(data: torch.Tensor, vocab: int, order: int = 4) -> NGramTable:
         arr.frombytes(prev.numpy().tobytes())
         tables.append(arr)
     return NGramTable(vocab=vocab, order=order, tables=tuple(tables))
+
+
+@dataclass(frozen=True)
+class SparseNGramTable:
+    """tables[c] maps each context of c tokens SEEN in the corpus (its base-vocab code) to its argmax next token."""
+
+    vocab: int
+    order: int
+    tables: tuple[dict[int, int], ...]  # tables[c], c = 0 .. order-1; tables[0] = {0: the commonest token}
+
+    def next_token(self, context) -> int:
+        """The next token after the latest order-1 ids of context, backing off to shorter contexts until one is seen."""
+        for c in range(min(self.order - 1, len(context)), 0, -1):
+            code = 0
+            for tok in context[len(context) - c:]:
+                code = code * self.vocab + tok
+            tok = self.tables[c].get(code)
+            if tok is not None:
+                return tok
+        return self.tables[0][0]
+
+
+def build_sparse_ngram(data: torch.Tensor, vocab: int, order: int = 3) -> SparseNGramTable:
+    """build_ngram's table for any vocabulary (a tokenizer's): only seen contexts stored, the same argmax and ties."""
+    vocab = check_int("vocab", vocab, minimum=2)
+    order = check_int("order", order, minimum=1)
+    data = check_token_ids("data", data, vocab, dims=1, allow_empty=False).long()
+    if data.numel() < order:
+        raise ValueError(f"data must hold at least order = {order} tokens, got {data.numel()}")
+    if vocab ** order * data.numel() >= 1 << 63:
+        raise ValueError(f"vocab**order = {vocab ** order} codes times {data.numel()} counts overflow int64: "
+                         "lower order")
+    N, tables = data.numel(), []
+    for c in range(order):
+        code = torch.zeros(N - c, dtype=torch.long)  # (N-c,) the context before each next token, base vocab
+        for i in range(c):
+            code = code * vocab + data[i:N - c + i]
+        key, counts = torch.unique(code * vocab + data[c:], return_counts=True)  # (U,) each (context, next) seen
+        score = counts * vocab + (vocab - 1 - key % vocab)  # (U,) more counts first, then the smaller token
+        ctx, slot = torch.unique(key // vocab, return_inverse=True)  # (C,), (U,)
+        best = torch.full((len(ctx),), -1, dtype=torch.long).scatter_reduce_(0, slot, score, "amax")  # (C,)
+        tables.append(dict(zip(ctx.tolist(), (vocab - 1 - best % vocab).tolist())))
+    return SparseNGramTable(vocab=vocab, order=order, tables=tuple(tables))
 
 
 @functools.lru_cache(maxsize=4)

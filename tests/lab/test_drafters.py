@@ -122,8 +122,9 @@ def test_one_hot_drafts_read_only_committed_tokens():
 def test_drafter_arguments():
     with pytest.raises(TypeError, match="table must be an NGramTable"):
         sd.lab.TableDraft({})
-    with pytest.raises(ValueError, match="vocab must be <= 256"):
-        sd.lab.PromptLookupDraft(1000)
+    assert sd.lab.PromptLookupDraft(1000).start(None) == []  # a tokenizer's vocabulary: the state is a list of ints
+    with pytest.raises(ValueError, match="vocab"):
+        sd.lab.PromptLookupDraft(1)
     with pytest.raises(ValueError, match="m"):
         sd.lab.PromptLookupDraft(256, m=0)
     with pytest.raises(TypeError, match="draft must be a drafter"):
