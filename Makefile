@@ -16,6 +16,9 @@
 #   make bench       time batched decode_markov against a per-sample loop (benchmarks/bench_markov.py)
 #   make models      train the lab's target and drafts on the stdlib's source (tools/train_models.py; ~15 min on 2 cores)
 #   make measure     the cost equation against the clock for every draft, the batch regime, block verification (~7 min; MEASURE_ARGS="--help")
+#   make real-pair   fetch or locate the real pair (Qwen2.5-Coder-1.5B/-0.5B-Instruct), verify, convert once into
+#                    ~/.cache/specdec (SPECDEC_CACHE; REAL_PAIR_ARGS="--help"; --small: the 0.5B alone, for 8 GB laptops)
+#   make measure-real  the real pair through the lab's loop against the clock and transformers (~25 min; MEASURE_REAL_ARGS)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
@@ -45,7 +48,7 @@ PORTABLE_JOBS ?= 2
 PORTABLE_SKIP ?=
 PORTABLE_ARGS = --jobs $(PORTABLE_JOBS)$(if $(strip $(PORTABLE_SKIP)), $(addprefix --skip ,$(PORTABLE_SKIP)))
 
-.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure lock clean distclean help
+.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure real-pair measure-real lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -176,6 +179,12 @@ models: $(STAMP)
 
 measure: $(STAMP)
 	$(VPY) benchmarks/measure_speedup.py $(MEASURE_ARGS)
+
+real-pair: $(STAMP)
+	$(VPY) tools/real_pair.py $(REAL_PAIR_ARGS)
+
+measure-real: $(STAMP)
+	$(VPY) benchmarks/measure_real.py $(MEASURE_REAL_ARGS)
 
 # Freeze the current .venv into requirements.lock, then environment.yml from the lock.
 lock:

@@ -25,7 +25,8 @@ HEADER = """\
 # `make lock` rewrites this file from .venv and then environment.yml from this file
 # (tools/sync_environment.py). torch stays pinned exactly (==2.13.0): an unpinned torch pulls a CUDA build.
 # The `audit` extra (pyproject: transformers, for tests/conformance/test_audit_transformers.py) is locked here
-# too, with its dependencies, so `make install` installs it from these pins and never resolves another torch.
+# too, with its dependencies, so `make install` installs it from these pins and never resolves another torch;
+# so is the `real` extra (gguf, accelerate: `make real-pair` reads GGUF files through transformers).
 """
 
 SKIP = {"pip", "specdec-lib"}

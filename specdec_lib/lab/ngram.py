@@ -95,9 +95,8 @@ def build_sparse_ngram(data: torch.Tensor, vocab: int, order: int = 3) -> Sparse
     data = check_token_ids("data", data, vocab, dims=1, allow_empty=False).long()
     if data.numel() < order:
         raise ValueError(f"data must hold at least order = {order} tokens, got {data.numel()}")
-    if vocab ** order * data.numel() >= 1 << 63:
-        raise ValueError(f"vocab**order = {vocab ** order} codes times {data.numel()} counts overflow int64: "
-                         "lower order")
+    if max(vocab ** order, vocab * data.numel()) >= 1 << 63:  # the largest code, and the largest score
+        raise ValueError(f"vocab**order = {vocab ** order} (context, next) codes overflow int64: lower order")
     N, tables = data.numel(), []
     for c in range(order):
         code = torch.zeros(N - c, dtype=torch.long)  # (N-c,) the context before each next token, base vocab

@@ -1,0 +1,187 @@
+"""`make measure-real`: the real pair (Qwen2.5-Coder-1.5B target, -0.5B draft) through the lab's own loop, timed.
+
+For the model draft, prompt lookup and the token n-gram table, on three tasks (code, prose, edit), greedy and at
+temperature 1, in float32 on the chosen matrix-multiply path: the cost terms, E[N], alpha by position, the predicted
+and the measured speedup, and greedy equality with plain decoding; c_v(k) on every path; transformers' own generate
+on the same prompts (assistant_model=, prompt_lookup_num_tokens=) for the side-by-side ratio; bfloat16 greedy runs
+and the block-versus-incremental numerics. Writes the recording (specdec_lib/data/real_pair_reference.json) that
+notebook 05b reads. One thread, as the course's clock runs everywhere; the machine should be quiet.
+--tiny runs the same code on tiny random Qwen2 models (seconds; the schema, not the numbers, is what it shows).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import pathlib
+import platform
+import sys
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+import specdec_lib as sd
+from specdec_lib.lab.generation import Decoding
+from specdec_lib.lab.hf_causal_lm import set_matmul, tiny_hf_model
+from specdec_lib.lab.numerics import block_vs_incremental
+from specdec_lib.lab.real_measure import decode_plain, hf_generate, measure_run
+from specdec_lib.lab.real_tasks import TASKS, task_prompt, tiny_task_prompt, token_table
+
+OUT = pathlib.Path(__file__).resolve().parents[1] / "specdec_lib" / "data" / "real_pair_reference.json"
+KS = {"model": 4, "lookup": 6, "table": 4}  # the k each draft runs at (the issue's probe: draft 4, lookup 6)
+CURVE_KS = (1, 2, 4, 6, 8)  # c_v(k) on every matrix-multiply path
+FP32_PATH = "onednn"  # the float32 path of the full runs, chosen on purpose (c_v(k) curves: both paths)
+
+
+def _args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=pathlib.Path, default=OUT, help=f"where to write the recording (default {OUT})")
+    ap.add_argument("--tiny", action="store_true", help="tiny random models: the code path in seconds, no weights")
+    ap.add_argument("--n-new", type=int, default=128, help="tokens per greedy float32 decode (default 128)")
+    ap.add_argument("--n-short", type=int, default=64, help="tokens per sampled, bfloat16 and numerics decode (64)")
+    ap.add_argument("--reps", type=int, default=3, help="timed calls of each cost term (default 3)")
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate side by side")
+    ap.add_argument("--no-bf16", action="store_true", help="skip the bfloat16 runs")
+    return ap.parse_args(argv)
+
+
+class Lab:
+    """The pair, its prompts and drafters, loaded per dtype; real weights through lab.real_pair, or tiny ones."""
+
+    def __init__(self, tiny: bool):
+        self.tiny, self.manifests = tiny, []
+
+    def load(self, dtype):
+        if self.tiny:
+            target = tiny_hf_model("qwen2", vocab=512, seed=0, dtype=dtype)
+            draft = tiny_hf_model("qwen2", vocab=512, seed=1, dtype=dtype)
+            prompts = {t: tiny_task_prompt(t, 512, length=48) for t in TASKS}
+            table = sd.lab.build_sparse_ngram(torch.randint(0, 512, (4000,), generator=torch.Generator()
+                                                            .manual_seed(0)), 512, 3)
+        else:
+            from specdec_lib.lab.real_pair import load_real_pair
+
+            pair = load_real_pair(dtype=dtype)
+            target, draft = pair.target, pair.draft
+            self.manifests = [dict(m, role=role) for role, m in pair.manifests.items()]
+            prompts = {t: task_prompt(t, pair.tokenizer) for t in TASKS}
+            table = token_table(pair.tokenizer, target.vocab)
+        drafters = {"model": sd.lab.NeuralDraft(draft, "model"), "lookup": sd.lab.PromptLookupDraft(target.vocab, m=3),
+                    "table": sd.lab.TableDraft(table, "table")}
+        return target, draft, prompts, drafters
+
+
+def c_v_curve(target, lookup, prompt, reps, *, dtype: str, matmul: str) -> list[dict]:
+    """c_v(k) = V(k) / T_1 for CURVE_KS on one path, proposals from prompt lookup (greedy)."""
+    T_1, _, V = sd.lab.time_terms(target, lookup, prompt, CURVE_KS, reps)
+    return [{"dtype": dtype, "matmul": matmul, "k": k, "c_v": v / T_1} for k, v in zip(CURVE_KS, V)]
+
+
+def runs(target, drafters, prompts, tasks, cfg: dict, bar):
+    """Every (task, draft) at its k against one plain run per task; returns (RealRun dicts, {(task, kind): result}).
+
+    cfg: n_new, temperature, dtype, matmul (what the runs record), reps (of each timed term), kinds (the drafts).
+    """
+    n_new, temperature, dtype, matmul = cfg["n_new"], cfg["temperature"], cfg["dtype"], cfg["matmul"]
+    out, results = [], {}
+    for i, task in enumerate(tasks):
+        decoding = Decoding(temperature=temperature, generator=torch.Generator().manual_seed(i))
+        plain = decode_plain(target, prompts[task], n_new, decoding=decoding)
+        results[task, "plain"] = plain
+        for kind in cfg["kinds"]:
+            r = measure_run(target, drafters[kind], prompts[task], KS[kind], plain=plain, decoding=decoding,
+                            reps=cfg["reps"])
+            results[task, kind] = r
+            out.append({"task": task, "draft": kind, "k": KS[kind], "temperature": temperature, "dtype": dtype,
+                        "matmul": matmul, "n_new": n_new, **r.fields()})
+            bar.update()
+            bar.set_postfix_str(f"{dtype} T={temperature} {task} {kind}: S {r.measured:.2f} (pred {r.predicted:.2f})")
+    return out, results
+
+
+def hf_side_by_side(target, draft, prompts, tasks, greedy, n_new, bar) -> list[dict]:
+    """transformers' generate (plain, assistant_model=, prompt lookup) against our greedy runs, whole-call seconds."""
+    rows = []
+    for task in tasks:
+        p = prompts[task]
+        plain_tokens, hf_plain = hf_generate(target, p, n_new)
+        ours_plain = greedy[task, "plain"]
+        for mode, kind in (("assistant", "model"), ("lookup", "lookup")):
+            tokens, hf_spec = hf_generate(target, p, n_new, mode=mode, k=KS[kind], draft=draft)
+            ours = greedy[task, kind].spec
+            rows.append({"task": task, "mode": mode, "k": KS[kind], "hf_speedup": hf_plain / hf_spec,
+                         "ours_speedup": ours_plain.wall / ours.wall, "ours_over_hf": hf_spec / ours.wall,
+                         "equal_to_plain": bool(torch.equal(tokens, ours_plain.tokens)
+                                                and torch.equal(plain_tokens, ours_plain.tokens))})
+            bar.update()
+    return rows
+
+
+def numerics(target, prompts, tasks, n, bar) -> list[dict]:
+    rows = []
+    for task in tasks:
+        rows.append({"task": task, **vars(block_vs_incremental(target, prompts[task], n, k=KS["model"]))})
+        bar.update()
+    return rows
+
+
+def main(argv=None) -> int:
+    a = _args(argv)
+    torch.set_num_threads(1)
+    t0, load0 = time.time(), os.getloadavg()
+    lab, tasks = Lab(a.tiny), a.tasks
+    n_configs = len(tasks) * (3 + 3 + 1 + (0 if a.no_hf else 2) + (0 if a.no_bf16 else 3))
+    bar = tqdm(total=n_configs, desc="measure-real", unit="run", file=sys.stdout)
+    target, draft, prompts, drafters = lab.load(torch.float32)
+    curve = c_v_curve(target, drafters["lookup"], prompts["edit"], a.reps, dtype="float32", matmul="default")
+    set_matmul(target, FP32_PATH), set_matmul(draft, FP32_PATH)
+    curve += c_v_curve(target, drafters["lookup"], prompts["edit"], a.reps, dtype="float32", matmul=FP32_PATH)
+    cfg = {"dtype": "float32", "matmul": FP32_PATH, "reps": a.reps, "kinds": list(KS), "n_new": a.n_new,
+           "temperature": 0.0}
+    rows, greedy = runs(target, drafters, prompts, tasks, cfg, bar)
+    hf = [] if a.no_hf else hf_side_by_side(target, draft, prompts, tasks, greedy, a.n_new, bar)
+    rows += runs(target, drafters, prompts, tasks, dict(cfg, n_new=a.n_short, temperature=1.0), bar)[0]
+    nums = numerics(target, prompts, tasks, a.n_short, bar)
+    lengths = {t: prompts[t].numel() for t in tasks}
+    if not a.no_bf16:
+        del target, draft, drafters, greedy
+        gc.collect()
+        target, draft, prompts, drafters = lab.load(torch.bfloat16)
+        curve += c_v_curve(target, drafters["lookup"], prompts["edit"], a.reps, dtype="bfloat16", matmul="default")
+        cfg.update(dtype="bfloat16", matmul="default", kinds=["model", "lookup"], n_new=a.n_short)
+        rows += runs(target, drafters, prompts, tasks, cfg, bar)[0]
+        nums += numerics(target, prompts, tasks, a.n_short, bar)
+    bar.close()
+    import transformers
+
+    machine = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+               "cpus": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
+               "threads": torch.get_num_threads(), "loadavg_before": list(load0),
+               "loadavg_after": list(os.getloadavg()),
+               "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+               "seconds": round(time.time() - t0, 1)}
+    recording = {"schema": 1, "machine": machine, "models": lab.manifests, "prompts": lengths, "runs": rows,
+                 "c_v_curve": curve, "hf": hf, "numerics": nums, "tiny": a.tiny}
+    a.json.parent.mkdir(parents=True, exist_ok=True)
+    a.json.write_text(json.dumps(recording, indent=1) + "\n")
+    for r in rows:
+        print(f"{r['dtype']:>8} {r['matmul']:>7} T={r['temperature']:.0f} {r['task']:>5} {r['draft']:>6} k={r['k']} "
+              f"c_d {r['c_d']:.3f} c_v {r['c_v']:.2f} E[N] {r['e_n']:.2f} pred {r['predicted']:.2f} "
+              f"meas {r['measured']:.2f} exact {r['equal_to_plain']} div {r['first_divergence']}")
+    for h in hf:
+        print(f"HF {h['task']:>5} {h['mode']:>9} k={h['k']}: HF {h['hf_speedup']:.2f}x, ours {h['ours_speedup']:.2f}x, "
+              f"ours/HF {h['ours_over_hf']:.2f}, equal {h['equal_to_plain']}")
+    for c in curve:
+        print(f"c_v {c['dtype']} {c['matmul']} k={c['k']}: {c['c_v']:.3f}")
+    for n in nums:
+        print(n)
+    print(f"wrote {a.json} in {machine['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Lab: one decode configuration on one prompt, measured as the toy lab does: terms, E[N], S predicted and measured.
+
+For a target, a drafter, a prompt, k and a Decoding: the plain run (generate_plain with a log), the cost terms on the
+prompt's own caches (time_terms: T_1, D(k), V(k)), then the speculative run (generate_speculative with a log). The
+measured speedup is plain seconds per token over speculative seconds per token, both from the loops' own round
+timers (prefill excluded, as in `make measure`); the predicted one is E[N] / (k c_d + c_v(k)) from the measured terms.
+Greedy runs are also checked token for token against the plain run. hf_generate runs transformers' own `generate`
+(plain, assisted by a draft model, or prompt lookup) for the side-by-side ratio, timed whole-call like `timed`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .._checks import check_choice, check_int
+from ..telemetry import SpecDecodeLog
+from .generation import Decoding, generate_plain, generate_speculative
+from .measure import time_terms
+
+__all__ = ["DRAFT_KINDS", "HF_MODES", "Decoded", "RunResult", "decode_plain", "measure_run", "first_divergence",
+           "hf_generate"]
+
+DRAFT_KINDS = ("model", "lookup", "table")  # a draft network, prompt lookup, a token n-gram table
+HF_MODES = ("plain", "assistant", "lookup")  # transformers' generate alone, assistant_model=, prompt_lookup_num_tokens=
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """One decode: its tokens (n_new,), seconds per token by the round timers, whole-call seconds (prefill included)."""
+
+    tokens: torch.Tensor
+    per_token: float
+    wall: float
+    log: SpecDecodeLog
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A speculative configuration against its plain run: the recording's RealRun fields, and the decode itself."""
+
+    T_1: float
+    c_d: float
+    c_v: float
+    e_n: float
+    alpha: list
+    predicted: float
+    measured: float
+    equal_to_plain: bool | None
+    first_divergence: int | None
+    spec: Decoded
+
+    def fields(self) -> dict:
+        """The recording's fields of this run (no tensors)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spec"}
+
+
+def _per_token(log: SpecDecodeLog) -> float:
+    s = log.summary()
+    return (s.draft_time + s.verify_time) / s.tokens
+
+
+def decode_plain(target, prompt: torch.Tensor, n_new: int, *, decoding: Decoding) -> Decoded:
+    """generate_plain with a log: the reference tokens and seconds per token of a configuration."""
+    log = SpecDecodeLog(k=0, policy="greedy" if decoding.temperature == 0 else "sample",
+                        temperature=decoding.temperature)
+    t0 = time.perf_counter()
+    tokens = generate_plain(target, prompt, n_new, decoding=decoding, log=log)
+    return Decoded(tokens, _per_token(log), time.perf_counter() - t0, log)
+
+
+def first_divergence(a: torch.Tensor, b: torch.Tensor) -> int | None:
+    """The first index where two token sequences (n,) differ, None if they are equal."""
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must have one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    diff = (a != b).nonzero()
+    return None if diff.numel() == 0 else int(diff[0, 0])
+
+
+def measure_run(target, drafter, prompt: torch.Tensor, k: int, *, plain: Decoded, decoding: Decoding,
+                reps: int = 3) -> RunResult:
+    """Terms at the prompt (time_terms, reps calls each), then one speculative decode of plain's length against plain.
+
+    plain is decode_plain's run of the same target, prompt and decoding (its generator state moves on: the
+    speculative run draws afresh, so under sampling only the law is shared, and equal_to_plain is None).
+    """
+    k = check_int("k", k, minimum=1)
+    T_1, (D,), (V,) = time_terms(target, drafter, prompt, [k], reps, temperature=decoding.temperature,
+                                 top_k=decoding.top_k)
+    n_new = plain.tokens.numel()
+    log = SpecDecodeLog(k=k, policy="greedy" if decoding.temperature == 0 else "sample",
+                        temperature=decoding.temperature)
+    t0 = time.perf_counter()
+    tokens = generate_speculative(target, drafter, prompt, n_new, k, decoding=decoding, log=log)
+    spec = Decoded(tokens, _per_token(log), time.perf_counter() - t0, log)
+    s = log.summary()
+    c_d, c_v, e_n = D / (k * T_1), V / T_1, s.tokens / s.rounds
+    greedy = decoding.temperature == 0
+    div = first_divergence(tokens, plain.tokens) if greedy else None
+    return RunResult(T_1=T_1, c_d=c_d, c_v=c_v, e_n=e_n, alpha=list(s.conditional_acceptance),
+                     predicted=e_n / (k * c_d + c_v), measured=plain.per_token / spec.per_token,
+                     equal_to_plain=(div is None) if greedy else None, first_divergence=div, spec=spec)
+
+
+@torch.inference_mode()
+def hf_generate(target, prompt: torch.Tensor, n_new: int, *, mode: str = "plain", k: int = 4, draft=None,
+                m: int = 3) -> tuple[torch.Tensor, float]:
+    """(tokens (n_new,), whole-call seconds) of transformers' own greedy generate on the adapter's model.
+
+    mode "assistant" proposes k tokens a round with draft's model (a constant schedule, no confidence stop, so
+    the same k as ours); "lookup" is prompt_lookup_num_tokens=k, max_matching_ngram_size=m. EOS never stops it
+    (eos_token_id=None), as our loop never stops.
+    """
+    from transformers import GenerationConfig
+
+    mode = check_choice("mode", mode, HF_MODES)
+    n_new, k = check_int("n_new", n_new, minimum=1), check_int("k", k, minimum=1)
+    config = GenerationConfig(max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)
+    extra = {}
+    if mode == "assistant":
+        if draft is None:
+            raise ValueError("mode 'assistant' needs draft (an HFCausalLM), got None")
+        gc = draft.model.generation_config
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = k, "constant", 0
+        extra["assistant_model"] = draft.model
+    elif mode == "lookup":
+        config.prompt_lookup_num_tokens, config.max_matching_ngram_size = k, check_int("m", m, minimum=1)
+    t0 = time.perf_counter()
+    out = target.model.generate(prompt[None], generation_config=config, attention_mask=torch.ones_like(prompt[None]),
+                                **extra)
+    return out[0, prompt.numel():], time.perf_counter() - t0
