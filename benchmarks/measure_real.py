@@ -40,8 +40,9 @@ def _args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=pathlib.Path, default=OUT, help=f"where to write the recording (default {OUT})")
     ap.add_argument("--tiny", action="store_true", help="tiny random models: the code path in seconds, no weights")
-    ap.add_argument("--n-new", type=int, default=128, help="tokens per greedy float32 decode (default 128)")
-    ap.add_argument("--n-short", type=int, default=64, help="tokens per sampled, bfloat16 and numerics decode (64)")
+    ap.add_argument("--n-new", type=int, default=64, help="tokens per greedy float32 decode (default 64)")
+    ap.add_argument("--n-short", type=int, default=64, help="tokens per sampled and bfloat16 decode (default 64)")
+    ap.add_argument("--n-numerics", type=int, default=32, help="tokens scored both ways per numerics row (32)")
     ap.add_argument("--reps", type=int, default=3, help="timed calls of each cost term (default 3)")
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate side by side")
@@ -70,6 +71,7 @@ class Lab:
             self.manifests = [dict(m, role=role) for role, m in pair.manifests.items()]
             prompts = {t: task_prompt(t, pair.tokenizer) for t in TASKS}
             table = token_table(pair.tokenizer, target.vocab)
+        target.remember_prefills(), draft.remember_prefills()  # a prompt's prefill, computed once per model
         drafters = {"model": sd.lab.NeuralDraft(draft, "model"), "lookup": sd.lab.PromptLookupDraft(target.vocab, m=3),
                     "table": sd.lab.TableDraft(table, "table")}
         return target, draft, prompts, drafters
@@ -93,8 +95,9 @@ def runs(target, drafters, prompts, tasks, cfg: dict, bar):
         plain = decode_plain(target, prompts[task], n_new, decoding=decoding)
         results[task, "plain"] = plain
         for kind in cfg["kinds"]:
+            timed = cfg.get("terms_from", {}).get((task, kind))  # the greedy run's terms, for a sampled run
             r = measure_run(target, drafters[kind], prompts[task], KS[kind], plain=plain, decoding=decoding,
-                            reps=cfg["reps"])
+                            reps=cfg["reps"], terms=None if timed is None else timed.terms(KS[kind]))
             results[task, kind] = r
             out.append({"task": task, "draft": kind, "k": KS[kind], "temperature": temperature, "dtype": dtype,
                         "matmul": matmul, "n_new": n_new, **r.fields()})
@@ -104,20 +107,21 @@ def runs(target, drafters, prompts, tasks, cfg: dict, bar):
 
 
 def hf_side_by_side(target, draft, prompts, tasks, greedy, n_new, bar) -> list[dict]:
-    """transformers' generate (plain, assistant_model=, prompt lookup) against our greedy runs, whole-call seconds."""
+    """transformers' generate (plain, assistant_model=, prompt lookup) against our greedy runs, seconds per token."""
     rows = []
     for task in tasks:
         p = prompts[task]
-        plain_tokens, hf_plain = hf_generate(target, p, n_new)
+        plain_tokens, _, hf_plain = hf_generate(target, p, n_new)
         ours_plain = greedy[task, "plain"]
         for mode, kind in (("assistant", "model"), ("lookup", "lookup")):
-            tokens, hf_spec = hf_generate(target, p, n_new, mode=mode, k=KS[kind], draft=draft)
-            ours = greedy[task, kind].spec
+            tokens, _, hf_spec = hf_generate(target, p, n_new, mode=mode, k=KS[kind], draft=draft)
+            ours = greedy[task, kind]
             rows.append({"task": task, "mode": mode, "k": KS[kind], "hf_speedup": hf_plain / hf_spec,
-                         "ours_speedup": ours_plain.wall / ours.wall, "ours_over_hf": hf_spec / ours.wall,
+                         "ours_speedup": ours.measured, "ours_over_hf": hf_spec / ours.spec.per_token,
                          "equal_to_plain": bool(torch.equal(tokens, ours_plain.tokens)
                                                 and torch.equal(plain_tokens, ours_plain.tokens))})
             bar.update()
+            bar.set_postfix_str(f"HF {task} {mode}: {hf_plain / hf_spec:.2f}x, ours {ours.measured:.2f}x")
     return rows
 
 
@@ -129,6 +133,11 @@ def numerics(target, prompts, tasks, n, bar) -> list[dict]:
     return rows
 
 
+def _write(path: pathlib.Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def main(argv=None) -> int:
     a = _args(argv)
     torch.set_num_threads(1)
@@ -138,14 +147,19 @@ def main(argv=None) -> int:
     bar = tqdm(total=n_configs, desc="measure-real", unit="run", file=sys.stdout)
     target, draft, prompts, drafters = lab.load(torch.float32)
     curve = c_v_curve(target, drafters["lookup"], prompts["edit"], a.reps, dtype="float32", matmul="default")
-    set_matmul(target, FP32_PATH), set_matmul(draft, FP32_PATH)
+    set_matmul(target, FP32_PATH)  # the target's (k+1)-row passes; the draft's one-row steps keep the default kernels
     curve += c_v_curve(target, drafters["lookup"], prompts["edit"], a.reps, dtype="float32", matmul=FP32_PATH)
     cfg = {"dtype": "float32", "matmul": FP32_PATH, "reps": a.reps, "kinds": list(KS), "n_new": a.n_new,
            "temperature": 0.0}
     rows, greedy = runs(target, drafters, prompts, tasks, cfg, bar)
-    hf = [] if a.no_hf else hf_side_by_side(target, draft, prompts, tasks, greedy, a.n_new, bar)
-    rows += runs(target, drafters, prompts, tasks, dict(cfg, n_new=a.n_short, temperature=1.0), bar)[0]
-    nums = numerics(target, prompts, tasks, a.n_short, bar)
+    partial = {"runs": rows, "c_v_curve": curve}
+    _write(a.json.with_suffix(".partial.json"), partial)
+    partial["hf"] = hf = [] if a.no_hf else hf_side_by_side(target, draft, prompts, tasks, greedy, a.n_new, bar)
+    _write(a.json.with_suffix(".partial.json"), partial)
+    rows += runs(target, drafters, prompts, tasks, dict(cfg, n_new=a.n_short, temperature=1.0, terms_from=greedy),
+                 bar)[0]
+    partial["numerics"] = nums = numerics(target, prompts, tasks, a.n_numerics, bar)
+    _write(a.json.with_suffix(".partial.json"), partial)
     lengths = {t: prompts[t].numel() for t in tasks}
     if not a.no_bf16:
         del target, draft, drafters, greedy
@@ -154,20 +168,20 @@ def main(argv=None) -> int:
         curve += c_v_curve(target, drafters["lookup"], prompts["edit"], a.reps, dtype="bfloat16", matmul="default")
         cfg.update(dtype="bfloat16", matmul="default", kinds=["model", "lookup"], n_new=a.n_short)
         rows += runs(target, drafters, prompts, tasks, cfg, bar)[0]
-        nums += numerics(target, prompts, tasks, a.n_short, bar)
+        nums += numerics(target, prompts, tasks, a.n_numerics, bar)
     bar.close()
     import transformers
 
     machine = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                "cpus": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
-               "threads": torch.get_num_threads(), "loadavg_before": list(load0),
+               "threads": torch.get_num_threads(), "draft_matmul": "default", "loadavg_before": list(load0),
                "loadavg_after": list(os.getloadavg()),
                "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                "seconds": round(time.time() - t0, 1)}
     recording = {"schema": 1, "machine": machine, "models": lab.manifests, "prompts": lengths, "runs": rows,
                  "c_v_curve": curve, "hf": hf, "numerics": nums, "tiny": a.tiny}
-    a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps(recording, indent=1) + "\n")
+    _write(a.json, recording)
+    a.json.with_suffix(".partial.json").unlink(missing_ok=True)
     for r in rows:
         print(f"{r['dtype']:>8} {r['matmul']:>7} T={r['temperature']:.0f} {r['task']:>5} {r['draft']:>6} k={r['k']} "
               f"c_d {r['c_d']:.3f} c_v {r['c_v']:.2f} E[N] {r['e_n']:.2f} pred {r['predicted']:.2f} "

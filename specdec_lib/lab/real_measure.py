@@ -5,7 +5,8 @@ prompt's own caches (time_terms: T_1, D(k), V(k)), then the speculative run (gen
 measured speedup is plain seconds per token over speculative seconds per token, both from the loops' own round
 timers (prefill excluded, as in `make measure`); the predicted one is E[N] / (k c_d + c_v(k)) from the measured terms.
 Greedy runs are also checked token for token against the plain run. hf_generate runs transformers' own `generate`
-(plain, assisted by a draft model, or prompt lookup) for the side-by-side ratio, timed whole-call like `timed`.
+(plain, assisted by a draft model, or prompt lookup) for the side-by-side ratio: its seconds per token after the
+first step (a streamer reads the clock), against ours by the round timers; both leave the prefill out.
 """
 from __future__ import annotations
 
@@ -52,6 +53,10 @@ class RunResult:
     first_divergence: int | None
     spec: Decoded
 
+    def terms(self, k: int) -> tuple[float, float, float]:
+        """(T_1, D(k), V(k)) in seconds, as measure_run's terms= takes them."""
+        return self.T_1, self.c_d * k * self.T_1, self.c_v * self.T_1
+
     def fields(self) -> dict:
         """The recording's fields of this run (no tensors)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spec"}
@@ -80,15 +85,20 @@ def first_divergence(a: torch.Tensor, b: torch.Tensor) -> int | None:
 
 
 def measure_run(target, drafter, prompt: torch.Tensor, k: int, *, plain: Decoded, decoding: Decoding,
-                reps: int = 3) -> RunResult:
+                reps: int = 3, terms: tuple[float, float, float] | None = None) -> RunResult:
     """Terms at the prompt (time_terms, reps calls each), then one speculative decode of plain's length against plain.
 
     plain is decode_plain's run of the same target, prompt and decoding (its generator state moves on: the
     speculative run draws afresh, so under sampling only the law is shared, and equal_to_plain is None).
+    terms, when given, are (T_1, D(k), V(k)) in seconds timed before (another policy's run at the same prompt and k:
+    the policy changes a row's softmax, microseconds against a real pass), and nothing is timed again.
     """
     k = check_int("k", k, minimum=1)
-    T_1, (D,), (V,) = time_terms(target, drafter, prompt, [k], reps, temperature=decoding.temperature,
-                                 top_k=decoding.top_k)
+    if terms is None:
+        T_1, (D,), (V,) = time_terms(target, drafter, prompt, [k], reps, temperature=decoding.temperature,
+                                     top_k=decoding.top_k)
+    else:
+        T_1, D, V = terms
     n_new = plain.tokens.numel()
     log = SpecDecodeLog(k=k, policy="greedy" if decoding.temperature == 0 else "sample",
                         temperature=decoding.temperature)
@@ -104,10 +114,29 @@ def measure_run(target, drafter, prompt: torch.Tensor, k: int, *, plain: Decoded
                      equal_to_plain=(div is None) if greedy else None, first_divergence=div, spec=spec)
 
 
+class _Clock:
+    """A transformers streamer that only reads the clock: when each put (the prompt, then each step's tokens) came."""
+
+    def __init__(self):
+        self.times, self.counts = [], []
+
+    def put(self, value: torch.Tensor) -> None:
+        self.times.append(time.perf_counter())
+        self.counts.append(value.numel())
+
+    def end(self) -> None:
+        pass
+
+    def per_token(self) -> float:
+        """Seconds per token after the first step (which holds the prefill), as our round timers count."""
+        after = sum(self.counts[2:])  # counts[0] is the prompt, counts[1] the first step's tokens
+        return (self.times[-1] - self.times[1]) / after if after else float("nan")
+
+
 @torch.inference_mode()
 def hf_generate(target, prompt: torch.Tensor, n_new: int, *, mode: str = "plain", k: int = 4, draft=None,
-                m: int = 3) -> tuple[torch.Tensor, float]:
-    """(tokens (n_new,), whole-call seconds) of transformers' own greedy generate on the adapter's model.
+                m: int = 3) -> tuple[torch.Tensor, float, float]:
+    """(tokens (n_new,), whole-call seconds, seconds per token after the first step) of transformers' greedy generate.
 
     mode "assistant" proposes k tokens a round with draft's model (a constant schedule, no confidence stop, so
     the same k as ours); "lookup" is prompt_lookup_num_tokens=k, max_matching_ngram_size=m. EOS never stops it
@@ -128,7 +157,8 @@ def hf_generate(target, prompt: torch.Tensor, n_new: int, *, mode: str = "plain"
         extra["assistant_model"] = draft.model
     elif mode == "lookup":
         config.prompt_lookup_num_tokens, config.max_matching_ngram_size = k, check_int("m", m, minimum=1)
+    clock = _Clock()
     t0 = time.perf_counter()
     out = target.model.generate(prompt[None], generation_config=config, attention_mask=torch.ones_like(prompt[None]),
-                                **extra)
-    return out[0, prompt.numel():], time.perf_counter() - t0
+                                streamer=clock, **extra)
+    return out[0, prompt.numel():], time.perf_counter() - t0, clock.per_token()

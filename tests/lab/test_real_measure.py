@@ -77,8 +77,8 @@ def test_a_misaligned_block_pass_shows_flips(pair):
 def test_transformers_generate_agrees_with_our_greedy_loop(pair, mode):
     target, draft = pair
     prompt = tiny_task_prompt("edit", V, length=16)
-    tokens, seconds = hf_generate(target, prompt, 16, mode=mode, k=3, draft=draft)
-    assert torch.equal(tokens, generate_plain(target, prompt, 16)) and seconds > 0
+    tokens, seconds, per_token = hf_generate(target, prompt, 16, mode=mode, k=3, draft=draft)
+    assert torch.equal(tokens, generate_plain(target, prompt, 16)) and seconds > 0 and 0 < per_token < seconds
 
 
 def test_task_prompts_and_errors():
@@ -99,7 +99,8 @@ def test_the_benchmark_writes_a_recording_from_tiny_models(tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "rec.json"
-    assert bench.main(["--tiny", "--json", str(out), "--n-new", "6", "--n-short", "4", "--reps", "1"]) == 0
+    args = ["--tiny", "--json", str(out), "--n-new", "6", "--n-short", "4", "--n-numerics", "4", "--reps", "1"]
+    assert bench.main(args) == 0
     rec = json.loads(out.read_text())
     assert rec["schema"] == 1 and rec["tiny"] is True
     assert {(r["task"], r["draft"], r["temperature"], r["dtype"]) for r in rec["runs"]} >= {
