@@ -68,18 +68,28 @@ class HFCausalLM:
         """
         self._prefills = {} if on else None
 
-    def __call__(self, ids: torch.Tensor, cache: HFCache | None = None) -> torch.Tensor:
-        """Float32 logits (B, T, V) for ids (B, T); with a cache, the T positions after its `length` (appended)."""
-        memo = self._prefills is not None and cache is not None and cache.length == 0
+    def __call__(self, ids: torch.Tensor, cache: HFCache | None = None, *, positions: torch.Tensor | None = None,
+                 mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Float32 logits (B, T, V) for ids (B, T); with a cache, the T positions after its `length` (appended).
+
+        positions (T,) replaces the position ids and mask (T, length + T) (True = may attend) the causal mask, as
+        CachedLM takes them: a draft tree in one pass (lab/tree_attention.py), through transformers' 4-D mask path.
+        """
+        memo = self._prefills is not None and cache is not None and cache.length == 0 and mask is None
         key = (tuple(ids.shape), tuple(ids.flatten().tolist())) if memo else None
         if memo and key in self._prefills:
             layers, logits = self._prefills[key]
             for i, (k, v) in enumerate(layers):
                 cache.kv.update(k, v, i)
             return logits
-        kv = None if cache is None else cache.kv
+        kv, extra = None if cache is None else cache.kv, {}
+        if positions is not None:
+            extra["position_ids"] = positions.expand(ids.shape[0], -1)  # (B, T)
+        if mask is not None:
+            bias = torch.zeros(mask.shape, dtype=self.dtype).masked_fill(~mask, torch.finfo(self.dtype).min)
+            extra["attention_mask"] = bias.expand(ids.shape[0], 1, -1, -1)  # (B, 1, T, length + T), used as given
         with torch.inference_mode():
-            logits = self.model(input_ids=ids, cache=kv, use_cache=cache is not None).logits.float()  # (B, T, V)
+            logits = self.model(input_ids=ids, cache=kv, use_cache=cache is not None, **extra).logits.float()
         if memo:
             self._prefills[key] = ([(layer.keys, layer.values) for layer in cache.kv.layers], logits)
         return logits

@@ -14,6 +14,7 @@ import torch
 
 from .._checks import check_choice, check_int, check_numbers, check_real, check_token_ids, check_widths
 from .alignment import max_row_tv
+from .hf_causal_lm import HFCausalLM
 from .transformer import CachedLM
 
 __all__ = ["MASKS", "POSITIONS", "FlatTree", "tree_from_widths", "check_flat_tree", "tree_mask", "tree_positions",
@@ -105,10 +106,11 @@ def tree_positions(tree: FlatTree, prefix_len: int) -> torch.Tensor:
     return prefix_len + tree.depths - 1  # (N,)
 
 
-def check_tree_inputs(model, prefix, tree) -> tuple[CachedLM, torch.Tensor, FlatTree]:
+def check_tree_inputs(model, prefix, tree) -> tuple[CachedLM | HFCausalLM, torch.Tensor, FlatTree]:
     """Validate a model, a prefix (L,) and a tree for scoring; prefix + tree must fit in max_len."""
-    if not isinstance(model, CachedLM):
-        raise TypeError(f"model must be a CachedLM (it takes positions and a mask), got {type(model).__name__}")
+    if not isinstance(model, (CachedLM, HFCausalLM)):
+        raise TypeError("model must be a CachedLM or an HFCausalLM (it takes positions and a mask), got "
+                        f"{type(model).__name__}")
     check_token_ids("prefix", prefix, model.vocab, dims=1, allow_empty=False, long_only=True)
     tree = check_flat_tree(tree)
     check_token_ids("tree.tokens", tree.tokens, model.vocab, dims=1)
@@ -120,7 +122,7 @@ def check_tree_inputs(model, prefix, tree) -> tuple[CachedLM, torch.Tensor, Flat
 
 
 @torch.no_grad()
-def tree_scores(model: CachedLM, prefix: torch.Tensor, tree: FlatTree, *, mask: str = "ancestor",
+def tree_scores(model: CachedLM | HFCausalLM, prefix: torch.Tensor, tree: FlatTree, *, mask: str = "ancestor",
                 positions: str = "depth") -> torch.Tensor:
     """One target pass over prefix[-1] + the tree: row 0 judges the root's children, row i+1 node i's; (N+1, V).
 
@@ -147,7 +149,7 @@ def tree_scores(model: CachedLM, prefix: torch.Tensor, tree: FlatTree, *, mask: 
 
 
 @torch.no_grad()
-def path_scores(model: CachedLM, prefix: torch.Tensor, tree: FlatTree) -> torch.Tensor:
+def path_scores(model: CachedLM | HFCausalLM, prefix: torch.Tensor, tree: FlatTree) -> torch.Tensor:
     """Ground truth: row 0 is softmax at the end of prefix, row i+1 at the end of prefix + node i's path; (N+1, V)."""
     model, prefix, tree = check_tree_inputs(model, prefix, tree)
     tokens = tree.tokens.to(prefix.device)  # (N,)
@@ -166,7 +168,7 @@ class TreeAlignmentReport:
     nodes: int
 
 
-def tree_alignment_report(model: CachedLM, prefix: torch.Tensor, tree: FlatTree, *, mask: str = "ancestor",
+def tree_alignment_report(model: CachedLM | HFCausalLM, prefix: torch.Tensor, tree: FlatTree, *, mask: str = "ancestor",
                          positions: str = "depth", atol: float = 1e-5) -> TreeAlignmentReport:
     """Does one tree pass with this mask and these positions reproduce path_scores at the root and every node?"""
     atol = check_real("atol", atol, low=0.0)

@@ -58,6 +58,19 @@ def test_speculative_greedy_equals_plain_greedy(big, kind, verifier):
         assert torch.equal(spec, plain), (kind, k)
 
 
+@pytest.mark.parametrize("widths", [(3, 2, 1), (2, 2)])
+def test_a_draft_tree_in_one_pass_equals_each_root_path(big, widths):
+    """Tree verification's pass (ancestor mask, depth positions) through transformers' 4-D mask, and the wrong ones."""
+    target, _ = big
+    prefix = _prompt(10, BIG_V)
+    n = sum(torch.tensor(widths).cumprod(0).tolist())
+    tree = sd.lab.tree_from_widths(widths, _prompt(n, BIG_V, seed=5))
+    assert sd.lab.tree_alignment_report(target, prefix, tree).aligned
+    for wrong in ({"mask": "causal"}, {"positions": "flat"}):  # negative controls: the field's two tree bugs
+        report = sd.lab.tree_alignment_report(target, prefix, tree, **wrong)
+        assert not report.aligned and report.max_tv > 1e-3
+
+
 def test_onednn_matmul_path_agrees_and_checks():
     torch.set_num_threads(1)
     base, fast = tiny_hf_model("qwen2", vocab=BIG_V), set_matmul(tiny_hf_model("qwen2", vocab=BIG_V), "onednn")
