@@ -10,6 +10,7 @@ steps        the phases of a round (draft, verify, roll back)
 accept       the lab's fast acceptance test: the token rule or block verification (verify_blocks' draws)
 measure      the cost terms, timed, and the predicted speedup against the measured one
 recording    the recorded `make measure` run (specdec_lib/data/measure_reference.json), read in one place
+real_recording  the recorded `make measure-real` run on a pretrained pair (data/real_pair_reference.json)
 batch_cost   one target pass over B x (k + 1) positions: c_v(k; B) and the best k per batch size
 tree_attention  Act V: a draft tree scored in one target pass (ancestor mask, per-node positions)
 hf_causal_lm  any Hugging Face causal LM as a lab model (its DynamicCache cropped on rejection); tiny random ones
@@ -25,6 +26,7 @@ from .generation import exact_continuations, generate_plain, generate_speculativ
 from .hf_causal_lm import HFCausalLM, set_matmul, tiny_hf_model
 from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
 from .ngram import NGramTable, SparseNGramTable, build_ngram, build_sparse_ngram, corpus_table
+from .real_recording import RealRecording, RealRun, load_real_recording, real_recorded
 from .recording import Recording, load_recording, recorded
 from .transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
 from .tree_attention import (
@@ -47,4 +49,5 @@ __all__ = [
     "TableDraft", "PromptLookupDraft", "NGramTable", "build_ngram", "corpus_table", "FlatTree", "tree_from_widths",
     "tree_mask", "tree_positions", "tree_scores", "path_scores", "tree_alignment_report", "TreeAlignmentReport",
     "HFCausalLM", "set_matmul", "tiny_hf_model", "SparseNGramTable", "build_sparse_ngram",
+    "RealRecording", "RealRun", "load_real_recording", "real_recorded",
 ]

@@ -9,7 +9,7 @@ from .widgets import register_png_formatter
 
 __all__ = ["audit", "bending_the_rules", "block_decoder", "cost_model", "distribution", "field_guide",
            "figure_files", "many_drafts_and_trees", "measure_it", "optimal_verification", "sampling_surface", "style",
-           "token_accounting",
+           "real_pair", "token_accounting",
            "widgets",
            "register_png_formatter"]
 
