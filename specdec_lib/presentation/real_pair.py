@@ -159,12 +159,13 @@ def plot_numerics(recording: RealRecording | None = None):
             bx.annotate(f"{n.flips}/{n.positions}" + ("" if n.first_flip is None else f"\nfirst at {n.first_flip}"),
                         (x, n.flips), xytext=(0, 2), textcoords="offset points", ha="center", fontsize=7)
     ax.set_yscale("log")
+    ax.set_ylim(floor / 2, 1e3)  # headroom above the bars for the legend
     bx.set_ylim(0, max([1] + [n.flips for n in recording.numerics]) * 1.3)
     ax.set_title("logits: block vs incremental", fontsize=10)
     bx.set_title("argmax flips (positions)", fontsize=10)
-    for a in (ax, bx):
+    for a, ncol in ((ax, 2), (bx, 1)):
         a.set_xticks(range(len(tasks)), tasks)
-        a.legend(fontsize=7)
+        a.legend(fontsize=7, ncol=ncol, loc="upper center" if ncol == 2 else "best")
     runs = _greedy(recording, "bfloat16")
     labels = [f"{r.task}/{r.draft}" for r in runs]
     agreed = [r.n_new if r.first_divergence is None else r.first_divergence for r in runs]
