@@ -18,7 +18,7 @@
 #   make measure     the cost equation against the clock for every draft, the batch regime, block verification (~7 min; MEASURE_ARGS="--help")
 #   make real-pair   fetch or locate the real pair (Qwen2.5-Coder-1.5B/-0.5B-Instruct), verify, convert once into
 #                    ~/.cache/specdec (SPECDEC_CACHE; REAL_PAIR_ARGS="--help"; --small: the 0.5B alone, for 8 GB laptops)
-#   make measure-real  the real pair through the lab's loop against the clock and transformers (~25 min; MEASURE_REAL_ARGS)
+#   make measure-real  the real pair through the lab's loop against the clock and transformers (~70 min here; MEASURE_REAL_ARGS)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
