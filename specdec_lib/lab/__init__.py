@@ -13,6 +13,7 @@ recording    the recorded `make measure` run (specdec_lib/data/measure_reference
 real_recording  the recorded `make measure-real` run on a pretrained pair (data/real_pair_reference.json)
 batch_cost   one target pass over B x (k + 1) positions: c_v(k; B) and the best k per batch size
 tree_attention  Act V: a draft tree scored in one target pass (ancestor mask, per-node positions)
+early_exit   self-speculation: the target's first L layers and an exit head draft, one shared cache
 hf_causal_lm  any Hugging Face causal LM as a lab model (its DynamicCache cropped on rejection); tiny random ones
 
 The names below are reached as sd.lab.<name>.
@@ -22,6 +23,7 @@ from .alignment import AlignmentReport, alignment_report, alignment_tv, block_sc
 from .batch_cost import LinearCost
 from .corpus import corpus_prompts
 from .drafters import NeuralDraft, PromptLookupDraft, TableDraft
+from .early_exit import EarlyExitDraft, EarlyExitTarget, SharedCache, early_exit
 from .generation import exact_continuations, generate_plain, generate_speculative
 from .hf_causal_lm import HFCausalLM, set_matmul, tiny_hf_model
 from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
@@ -49,5 +51,6 @@ __all__ = [
     "TableDraft", "PromptLookupDraft", "NGramTable", "build_ngram", "corpus_table", "FlatTree", "tree_from_widths",
     "tree_mask", "tree_positions", "tree_scores", "path_scores", "tree_alignment_report", "TreeAlignmentReport",
     "HFCausalLM", "set_matmul", "tiny_hf_model", "SparseNGramTable", "build_sparse_ngram",
-    "RealRecording", "RealRun", "load_real_recording", "real_recorded",
+    "RealRecording", "RealRun", "load_real_recording", "real_recorded", "early_exit", "EarlyExitTarget",
+    "EarlyExitDraft", "SharedCache",
 ]

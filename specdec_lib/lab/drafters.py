@@ -18,7 +18,7 @@ from .._checks import check_int
 from .ngram import NGramTable, SparseNGramTable
 from .steps import pick, prefill
 
-__all__ = ["draft_block", "NeuralDraft", "OneHotDraft", "TableDraft", "PromptLookupDraft", "as_drafter"]
+__all__ = ["draft_block", "NeuralDraft", "OneHotDraft", "TableDraft", "PromptLookupDraft", "as_drafter", "start_states"]
 
 
 def draft_block(draft, cache, x: torch.Tensor, k: int, *, temperature: float, top_k, generator):
@@ -167,3 +167,11 @@ def as_drafter(draft):
         return NeuralDraft(draft)
     raise TypeError("draft must be a drafter (NeuralDraft, TableDraft, PromptLookupDraft) or a model with "
                     f"new_cache(), got {type(draft).__name__}")
+
+
+def start_states(target, drafter, prompt: torch.Tensor):
+    """(the target's cache holding prompt[:-1], the drafter's state); a drafter that shares_cache gets the first."""
+    t_cache = prefill(target, prompt)
+    if getattr(drafter, "shares_cache", False):  # sd.lab.EarlyExitDraft: the target's own layers, one cache
+        return t_cache, drafter.start(prompt, t_cache)
+    return t_cache, drafter.start(prompt)

@@ -19,7 +19,7 @@ from .._checks import check_int, check_token_ids
 from ..policy import apply_policy
 from ..telemetry import SpecDecodeLog
 from .accept import accept_block
-from .drafters import as_drafter, draft_block
+from .drafters import as_drafter, draft_block, start_states
 from .steps import GREEDY, Decoding, check_policy, pick, prefill, sync
 
 __all__ = ["Decoding", "GREEDY", "check_policy", "decode_step", "draft_block", "exact_continuations", "generate_plain",
@@ -125,7 +125,7 @@ def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int
     L = prompt.numel()
     seq = prompt.new_empty(L + n_new + k + 1)  # committed tokens (and room for one overshooting block)
     seq[:L] = prompt
-    t_cache, d_state = prefill(target, prompt), drafter.start(prompt)
+    t_cache, d_state = start_states(target, drafter, prompt)
     n, policy = L, decoding.kwargs()  # committed so far; the policy's keywords, read once
     while n < L + n_new:
         t0 = time.perf_counter()

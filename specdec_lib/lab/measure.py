@@ -23,7 +23,7 @@ import torch
 from .._checks import check_int
 from ..telemetry import SpecDecodeLog
 from ..verification import METHODS
-from .drafters import NeuralDraft, as_drafter
+from .drafters import NeuralDraft, as_drafter, start_states
 from .generation import Decoding, decode_step, generate_plain, generate_speculative, verify_round
 from .speedup_table import PairTerms, SpeedupTable, VerifierRun, VerifierTotals, summarize
 from .steps import check_policy, prefill, sync
@@ -73,17 +73,14 @@ def time_terms(target, draft, context: torch.Tensor, ks, reps: int = 50, *, temp
     temperature, top_k = check_policy(temperature, top_k)
     drafter = as_drafter(draft)
     L = context.numel()
-    t_cache, d_state = prefill(target, context), drafter.start(context)  # the target's holds context[:-1]
+    t_cache, d_state = start_states(target, drafter, context)  # the target's holds context[:-1]
     last = context[-1:]  # (1,)
     decoding = Decoding(temperature, top_k, torch.Generator(device=context.device).manual_seed(seed))
     policy = decoding.kwargs()
+    blocks = {}  # k: the last draft phase's (proposals (k,), q_rows (k, V) or None), real draws after context
 
-    def drafting(k):  # a round's draft phase: read the committed tokens it lacks, propose k, then forget them
-        out = drafter.propose(d_state, context, L, k, **policy)
-        drafter.rollback(d_state, L - 1)
-        return out
-
-    blocks = {k: drafting(k) for k in ks}  # k: (proposals (k,), q_rows (k, V) or None), real draws after context
+    def drafting(k):  # a round's draft phase: read the committed tokens it lacks, propose k (verifying forgets them)
+        blocks[k] = drafter.propose(d_state, context, L, k, **policy)
 
     def step():
         decode_step(target, t_cache, last, **policy)

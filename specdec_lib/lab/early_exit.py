@@ -1,0 +1,159 @@
+"""Lab: early exit (self-speculation): the target's first L layers and an exit head are the draft; one shared cache.
+
+The draft is no second model. A draft step runs the target's blocks 0 .. L-1 on one token and reads the next-token
+law off layer L's input through an exit head (by default the target's own ln_f and head, as LayerSkip does).
+
+What the two share is one KVCache. Its layers < L may run ahead of the others:
+
+  kv.length   slots valid at every layer: the committed tokens but the last (as for any target cache)
+  low         slots valid at layers < L (>= kv.length): the draft has run the last committed token and its
+              first k - 1 proposals through them, and kept each one's layer-L input in `hidden`
+
+Verification reuses what the draft computed: for the block (last committed token, k proposals) it runs layers < L
+on the last proposal only, and layers >= L on all k + 1 positions, starting from the kept hidden states. A kept
+slot is reused only while the token it holds is the block's token at that slot, so a block the draft did not
+propose is still scored exactly. Rollback is one crop for both: positions from n on are forgotten at every layer,
+and the kept hidden states with them. Nothing is recomputed that a plain target pass would not compute, in the
+same order for the lower layers as plain decoding (one position at a time), so the rows are the target's.
+"""
+from __future__ import annotations
+
+import torch
+
+from .._checks import check_int, check_token_ids
+from .steps import pick
+from .transformer import CachedLM, KVCache
+
+__all__ = ["SharedCache", "EarlyExitTarget", "EarlyExitDraft", "early_exit"]
+
+
+class SharedCache:
+    """The target's KVCache, shared with its early-exit draft: layers < exit_layer may hold `low` > length slots."""
+
+    def __init__(self, kv: KVCache, exit_layer: int, d_model: int):
+        self.kv, self.exit_layer = kv, exit_layer
+        self.low = kv.length  # slots valid at layers < exit_layer
+        self.hidden = torch.zeros(kv.max_len, d_model, dtype=kv.k.dtype, device=kv.k.device)  # (max_len, C)
+        self.tokens = torch.full((kv.max_len,), -1, dtype=torch.long, device=kv.k.device)  # (max_len,) slot's token
+        self.max_len = kv.max_len
+
+    @property
+    def length(self) -> int:
+        """Slots valid at every layer."""
+        return self.kv.length
+
+    def crop(self, n: int) -> None:
+        """Roll back to the first n positions at every layer (0 <= n <= length); the kept hidden states too."""
+        self.kv.crop(n)
+        self.low = min(self.low, n)
+
+
+def _causal(T: int, start: int, device) -> torch.Tensor | None:
+    """The mask of T new positions after start cached ones (None where the attention needs none)."""
+    if T == 1 or start == 0:
+        return None
+    return torch.ones(T, start + T, dtype=torch.bool, device=device).tril(diagonal=start)  # (T, start+T)
+
+
+def run_layers(model: CachedLM, x: torch.Tensor, kv: KVCache, start: int, layers: range) -> torch.Tensor:
+    """x (1, T, C) at slots start .. start+T-1 through model.blocks[layers], reading and writing kv at those layers."""
+    mask = _causal(x.shape[1], start, x.device)
+    for layer in layers:
+        x = model.blocks[layer](x, layer, kv, start, mask)  # (1, T, C)
+    return x
+
+
+def embed(model: CachedLM, idx: torch.Tensor, start: int) -> torch.Tensor:
+    """Token plus position embeddings (1, T, C) of idx (1, T) at slots start .. start+T-1."""
+    return model.tok_emb(idx) + model.pos_emb(torch.arange(start, start + idx.shape[1], device=idx.device))
+
+
+def _lower(model: CachedLM, cache: SharedCache, idx: torch.Tensor, start: int) -> torch.Tensor:
+    """Layers < exit_layer on idx (1, T) at slots start..: keeps each slot's token and layer-L input; (1, T, C)."""
+    T, L = idx.shape[1], cache.exit_layer
+    h = run_layers(model, embed(model, idx, start), cache.kv, start, range(L))  # (1, T, C)
+    cache.hidden[start:start + T] = h[0]
+    cache.tokens[start:start + T] = idx[0]
+    cache.low = start + T  # what lay beyond was computed after other tokens: forget it
+    return h
+
+
+class EarlyExitTarget:
+    """The target scoring through a SharedCache: layers < L only where the draft has not already run them."""
+
+    def __init__(self, model: CachedLM, exit_layer: int):
+        self.model, self.exit_layer = model, exit_layer
+        self.vocab, self.max_len, self.name = model.vocab, model.max_len, getattr(model, "name", "target")
+
+    def new_cache(self, batch: int = 1) -> SharedCache:
+        """An empty shared cache (one sequence)."""
+        if batch != 1:
+            raise ValueError(f"batch must be 1 (a shared cache holds one sequence), got {batch}")
+        return SharedCache(self.model.new_cache(), self.exit_layer, self.model.config.d_model)
+
+    def __call__(self, idx: torch.Tensor, cache: SharedCache | None = None) -> torch.Tensor:
+        """Logits (1, T, vocab), the target's, for idx (1, T) after the cached positions; the cache grows by T."""
+        if cache is None:
+            return self.model(idx)
+        if not isinstance(cache, SharedCache) or cache.exit_layer != self.exit_layer:
+            raise TypeError(f"cache must be a SharedCache of exit layer {self.exit_layer} (from new_cache())")
+        check_token_ids("idx", idx, self.vocab, dims=2)
+        T, start = idx.shape[1], cache.length
+        if idx.shape[0] != 1 or T == 0 or start + T > self.max_len:
+            raise ValueError(f"idx must have shape (1, T), T >= 1 and {start} + T <= max_len = {self.max_len}, "
+                             f"got {tuple(idx.shape)}")
+        kept = cache.tokens[start:min(cache.low, start + T)] == idx[0, :max(0, cache.low - start)]  # (r,)
+        r = int(kept.long().cumprod(0).sum())  # the kept slots whose token is the block's, from the start
+        h = cache.hidden[start:start + r][None]  # (1, r, C)
+        if r < T:
+            h = torch.cat([h, _lower(self.model, cache, idx[:, r:], start + r)], dim=1)  # (1, T, C)
+        x = run_layers(self.model, h, cache.kv, start, range(self.exit_layer, len(self.model.blocks)))
+        cache.kv.length = start + T
+        return self.model.head(self.model.ln_f(x))  # (1, T, vocab)
+
+
+class EarlyExitDraft:
+    """The draft of an EarlyExitTarget: its layers < L on each token, then the exit head (default: ln_f, head)."""
+
+    one_hot = False
+    shares_cache = True  # start() is handed the target's cache
+
+    def __init__(self, model: CachedLM, exit_layer: int, head=None, name: str | None = None):
+        self.model, self.exit_layer = model, exit_layer
+        self.head = head if head is not None else (lambda h: model.head(model.ln_f(h)))  # (.., C) -> (.., V)
+        self.vocab, self.max_len = model.vocab, model.max_len
+        self.name = name or f"exit@{exit_layer}"
+
+    def start(self, prompt: torch.Tensor, target_cache: SharedCache | None = None) -> SharedCache:
+        """The target's shared cache (prefilled with prompt[:-1]): the draft has no cache of its own."""
+        if not isinstance(target_cache, SharedCache) or target_cache.exit_layer != self.exit_layer:
+            raise TypeError(f"target_cache must be the SharedCache of an EarlyExitTarget at exit layer "
+                            f"{self.exit_layer}: pass early_exit(...)'s target and draft together")
+        return target_cache
+
+    def propose(self, state: SharedCache, seq: torch.Tensor, n: int, k: int, *, temperature: float, top_k,
+                generator):
+        """(proposals (k,), q rows (k, V) or None when greedy) after the committed seq[:n], through layers < L."""
+        state.low = min(state.low, n - 1)  # re-read the last committed token: its layer-L input gives proposal 1
+        x, proposals, q_rows = seq[state.low:n], [], []
+        for _ in range(k):
+            h = _lower(self.model, state, x[None], state.low)  # (1, T, C)
+            x, q = pick(self.head(h[0, -1]), temperature, top_k, generator)  # (1,), (V,) or None
+            proposals.append(x)
+            q_rows.append(q)
+        return torch.cat(proposals), (None if temperature == 0.0 else torch.stack(q_rows))
+
+    def rollback(self, state: SharedCache, n: int) -> None:
+        """Forget the lower layers' slots from n on (verification has cropped the rest)."""
+        state.low = min(state.low, n)
+
+
+def early_exit(model: CachedLM, exit_layer: int, *, head=None) -> tuple[EarlyExitTarget, EarlyExitDraft]:
+    """(target, draft) for sd.lab.generate_speculative: model drafting with its first exit_layer blocks."""
+    if not isinstance(model, CachedLM):
+        raise TypeError(f"model must be a CachedLM (the lab's transformer), got {type(model).__name__}")
+    exit_layer = check_int("exit_layer", exit_layer, minimum=1)
+    if exit_layer >= len(model.blocks):
+        raise ValueError(f"exit_layer must be below the model's {len(model.blocks)} layers (1 .. "
+                         f"{len(model.blocks) - 1}), got {exit_layer}")
+    return EarlyExitTarget(model, exit_layer), EarlyExitDraft(model, exit_layer, head)

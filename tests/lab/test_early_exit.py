@@ -1,0 +1,153 @@
+"""Early exit: the target's first L layers draft through one shared cache, and the output is still the target's."""
+import pytest
+import torch
+
+import specdec_lib as sd
+from specdec_lib.lab.early_exit import EarlyExitTarget, SharedCache, early_exit
+from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain, generate_speculative
+from specdec_lib.lab.transformer import TinyCausalLM
+
+
+@pytest.fixture(scope="module")
+def trained():
+    torch.set_num_threads(1)
+    return sd.lab.load_pair()[0]
+
+
+def _prompt(n, vocab, seed=0):
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+# --- greedy: token for token ----------------------------------------------------------------------------------
+@pytest.mark.heavy
+@pytest.mark.parametrize("verifier", ["token", "block"])
+def test_speculative_greedy_equals_plain_greedy_at_every_exit_layer(trained, verifier):
+    prompt = sd.lab.corpus_prompts(1, 48)[0]
+    plain = generate_plain(trained, prompt, 64)
+    for exit_layer in range(1, len(trained.blocks)):
+        target, draft = early_exit(trained, exit_layer)
+        for k in (1, 2, 4, 6):
+            out = generate_speculative(target, draft, prompt, 64, k, decoding=Decoding(verifier=verifier))
+            assert torch.equal(out, plain), (exit_layer, k)
+
+
+def test_the_shared_cache_after_a_round_holds_what_the_invariant_says(trained):
+    """After each round: every layer holds the committed tokens but the last; no kept state lies beyond them."""
+    target, draft = early_exit(trained, 2)
+    prompt = sd.lab.corpus_prompts(1, 32, seed=3)[0]
+    cache = target.new_cache()
+    trained_cache = trained.new_cache()
+    target(prompt[None, :-1], cache)
+    trained(prompt[None, :-1], trained_cache)
+    state = draft.start(prompt, cache)
+    assert state is cache and cache.length == cache.low == prompt.numel() - 1
+    seq, n = prompt.clone(), prompt.numel()
+    proposals, _ = draft.propose(state, seq, n, 4, temperature=0.0, top_k=None, generator=None)
+    assert cache.length == n - 1 and cache.low == n - 1 + 4  # the last committed token and 3 proposals, lower only
+    assert torch.equal(cache.tokens[n - 1:n + 3], torch.cat([seq[-1:], proposals[:3]]))
+    rows = target(torch.cat([seq[-1:], proposals])[None], cache)  # verification
+    want = trained(torch.cat([seq[-1:], proposals])[None], trained_cache)
+    assert (rows - want).abs().max() < 1e-4  # float32 rounding of logits near 20: one pass vs one at a time
+    assert cache.length == cache.low == n + 4
+    cache.crop(n + 1)  # one proposal accepted
+    assert cache.length == cache.low == n + 1
+
+
+class _NoTokenCheck(EarlyExitTarget):
+    """Reuses every kept slot, whatever token it holds: a block the draft did not propose reads the wrong states."""
+
+    def __call__(self, idx, cache=None):
+        if cache is not None:
+            m = max(0, min(cache.low - cache.length, idx.shape[1]))
+            cache.tokens[cache.length:cache.length + m] = idx[0, :m]
+        return super().__call__(idx, cache)
+
+
+def test_a_block_the_draft_did_not_propose_is_scored_exactly(trained):
+    """Verification reuses a kept slot only while its token is the block's; the negative control reuses them all."""
+    prompt = sd.lab.corpus_prompts(1, 32, seed=4)[0]
+    n = prompt.numel()
+    other = (prompt[-4:] + 1) % trained.vocab  # 4 tokens that are not the draft's proposals
+    block = torch.cat([prompt[-1:], other])[None]
+    want = trained(torch.cat([prompt, other])[None])[:, n - 1:]  # (1, 5, V): one uncached pass
+    errors = {}
+    for cls in (EarlyExitTarget, _NoTokenCheck):
+        target, draft = cls(trained, 2), early_exit(trained, 2)[1]
+        cache = target.new_cache()
+        target(prompt[None, :-1], cache)
+        draft.propose(draft.start(prompt, cache), prompt, n, 4, temperature=0.0, top_k=None, generator=None)
+        errors[cls] = (target(block, cache) - want).abs().max().item()
+    assert errors[EarlyExitTarget] < 1e-4
+    assert errors[_NoTokenCheck] > 1e-2
+
+
+# --- the exact law, by teacher forcing ------------------------------------------------------------------------
+# V**HORIZON = 64 continuations; N speculative samples must land within sd.tv_noise_bound(exact, N) of the target's
+# exact law (exceeded with probability < 1e-6 when the sampler is exact). N = 2000 puts that bound at 0.14, below the
+# TV of the negative control's bug (about 0.23 here; at N = 400 the bound, 0.32, would hide it).
+V, HORIZON, K, N = 4, 3, 2, 2000
+PROMPT = torch.tensor([1, 2, 3, 1])
+
+
+def _tiny():
+    return TinyCausalLM(vocab=V, n_layer=3, seed=5)
+
+
+def _empirical(target, draft, verifier, n=N, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    base = V ** torch.arange(HORIZON - 1, -1, -1)  # (h,) first token most significant
+    decoding = Decoding(temperature=1.0, generator=g, verifier=verifier)
+    codes = [int((generate_speculative(target, draft, PROMPT, HORIZON, K, decoding=decoding) * base).sum())
+             for _ in range(n)]
+    return torch.bincount(torch.tensor(codes), minlength=V ** HORIZON).double() / n  # (V^h,)
+
+
+@pytest.mark.stat
+@pytest.mark.parametrize("exit_layer, verifier", [(1, "token"), (2, "block")])
+def test_early_exit_samples_the_exact_target_distribution(exit_layer, verifier):
+    torch.set_num_threads(1)
+    model = _tiny()
+    exact = exact_continuations(model, PROMPT, HORIZON, temperature=1.0)  # (V^h,)
+    got = _empirical(*early_exit(model, exit_layer), verifier)
+    assert sd.total_variation(got, exact) < sd.tv_noise_bound(exact, N)
+
+
+class _OneSlotLate(EarlyExitTarget):
+    """Misaligned: reads each kept layer-L input one slot late (slot s gets s + 1's), Act II's off-by-one."""
+
+    def __call__(self, idx, cache=None):
+        if cache is not None and cache.low - cache.length >= 2:
+            start, low = cache.length, cache.low
+            cache.hidden[start:low - 1] = cache.hidden[start + 1:low].clone()
+        return super().__call__(idx, cache)
+
+
+@pytest.mark.stat
+def test_reading_the_kept_states_one_slot_late_fails_the_same_test():
+    """Negative control: the same samples, verification reusing each kept state at the wrong slot."""
+    torch.set_num_threads(1)
+    model = _tiny()
+    exact = exact_continuations(model, PROMPT, HORIZON, temperature=1.0)
+    got = _empirical(_OneSlotLate(model, 1), early_exit(model, 1)[1], "token")
+    assert sd.total_variation(got, exact) > sd.tv_noise_bound(exact, N)
+
+
+# --- bad input --------------------------------------------------------------------------------------------------
+def test_bad_arguments_are_named():
+    model = _tiny()
+    with pytest.raises(ValueError, match="exit_layer must be below"):
+        early_exit(model, 3)
+    with pytest.raises(ValueError, match="exit_layer"):
+        early_exit(model, 0)
+    with pytest.raises(TypeError, match="model must be a CachedLM"):
+        early_exit(object(), 1)
+    target, draft = early_exit(model, 1)
+    with pytest.raises(TypeError, match="target_cache must be the SharedCache"):
+        draft.start(PROMPT, model.new_cache())
+    with pytest.raises(TypeError, match="target_cache must be the SharedCache"):
+        draft.start(PROMPT, early_exit(model, 2)[0].new_cache())
+    with pytest.raises(TypeError, match="cache must be a SharedCache"):
+        target(PROMPT[None], model.new_cache())
+    with pytest.raises(ValueError, match="batch must be 1"):
+        target.new_cache(2)
+    assert isinstance(target.new_cache(), SharedCache)
