@@ -32,18 +32,23 @@ import specdec_lib as sd
 from specdec_lib.accounting import alpha_from_tokens
 from specdec_lib.lab.batch_cost import BatchCost, batch_cost
 
-DRAFTS = ("draft", "draft_deep", "table", "lookup")
+DEFAULT_DRAFTS = ("draft", "draft_deep", "table", "lookup")  # what `make measure` records
+EXITS = ("exit1", "exit2", "exit3")  # early exit: the target's first 1, 2 or 3 of its 4 layers (sd.lab.early_exit)
+DRAFTS = DEFAULT_DRAFTS + EXITS
 NEURAL = ("draft", "draft_deep")  # the drafts whose q is not one-hot: where block verification can differ
 
 
-def make_drafter(name: str, device: str):
-    """The drafter called name: the two trained networks, the corpus 4-gram table, or prompt lookup (m = 3)."""
+def make_drafter(name: str, device: str, target):
+    """(the target to decode with, the drafter called name): the two trained networks, the corpus 4-gram table,
+    prompt lookup (m = 3), or an early exit (the target wrapped to share its cache with its first L layers)."""
     if name in ("draft", "draft_deep"):
-        return sd.lab.NeuralDraft(sd.lab.load_draft(name, device), name=name)
+        return target, sd.lab.NeuralDraft(sd.lab.load_draft(name, device), name=name)
     if name == "table":
-        return sd.lab.TableDraft(sd.lab.corpus_table(4))
+        return target, sd.lab.TableDraft(sd.lab.corpus_table(4))
     if name == "lookup":
-        return sd.lab.PromptLookupDraft(256, m=3)
+        return target, sd.lab.PromptLookupDraft(256, m=3)
+    if name in EXITS:
+        return sd.lab.early_exit(target, int(name[len("exit"):]))
     raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {name!r}")
 
 
@@ -92,7 +97,8 @@ def load() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--drafts", default=",".join(DRAFTS), help=f"comma-separated, from {', '.join(DRAFTS)}")
+    parser.add_argument("--drafts", default=",".join(DEFAULT_DRAFTS),
+                        help=f"comma-separated, from {', '.join(DRAFTS)} (the exits are not in the default)")
     parser.add_argument("--repeats", type=int, default=5,
                         help="repeats (one pair per prompt and k each); medians are reported")
     parser.add_argument("--prompts", type=int, default=6, help="held-out prompts per repeat")
@@ -114,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     if not names or set(names) - set(DRAFTS):
         parser.error(f"--drafts must name some of {', '.join(DRAFTS)}, got {args.drafts!r}")
     block_drafts = [n for n in args.block_drafts.split(",") if n]
-    if set(block_drafts) - set(NEURAL):
-        parser.error(f"--block-drafts must name some of {', '.join(NEURAL)}, got {args.block_drafts!r}")
+    if set(block_drafts) - set(NEURAL + EXITS):
+        parser.error(f"--block-drafts must name some of {', '.join(NEURAL + EXITS)}, got {args.block_drafts!r}")
     torch.set_num_threads(args.threads)
     target, _ = sd.lab.load_pair(args.device)
     prompts = [p.to(args.device) for p in sd.lab.corpus_prompts(args.prompts, args.prompt_len, seed=0)]
@@ -128,14 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     tables = []
     for name in names:
-        drafter = make_drafter(name, args.device)
-        size = f"{sd.lab.n_params(drafter.model):,} parameters" if isinstance(drafter,
-                                                                              sd.lab.NeuralDraft) else "no network"
+        decoder, drafter = make_drafter(name, args.device, target)
+        size = (f"{sd.lab.n_params(drafter.model):,} parameters" if isinstance(drafter, sd.lab.NeuralDraft) else
+                f"the target's first {drafter.exit_layer} layers, one shared cache"
+                if isinstance(drafter, sd.lab.EarlyExitDraft) else "no network")
         with tqdm(total=args.repeats * len(prompts) * len(args.ks), unit="pair",
                   desc=f"timing draft {name}: terms, then plain vs speculative") as bar:
             plan = sd.lab.measure.MeasurePlan(n_new=args.n_new, repeats=args.repeats, reps=args.reps,
                                               beside=("block",) if name in block_drafts else ())
-            table = sd.lab.measure_speedup(target, drafter, prompts, args.ks, plan=plan, temperature=args.temperature,
+            table = sd.lab.measure_speedup(decoder, drafter, prompts, args.ks, plan=plan, temperature=args.temperature,
                                        top_k=args.top_k, on_pair=bar.update)
         tables.append(table)
         print(f"\ndraft {name} ({size}); load average {load()}\n{table}\n")

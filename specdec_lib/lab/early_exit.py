@@ -104,6 +104,9 @@ class EarlyExitTarget:
                              f"got {tuple(idx.shape)}")
         kept = cache.tokens[start:min(cache.low, start + T)] == idx[0, :max(0, cache.low - start)]  # (r,)
         r = int(kept.long().cumprod(0).sum())  # the kept slots whose token is the block's, from the start
+        if r == 0:  # nothing to reuse (prefill, a plain step): the model's own pass, and nothing kept after it
+            cache.low = start + T
+            return self.model(idx, cache.kv)
         h = cache.hidden[start:start + r][None]  # (1, r, C)
         if r < T:
             h = torch.cat([h, _lower(self.model, cache, idx[:, r:], start + r)], dim=1)  # (1, T, C)

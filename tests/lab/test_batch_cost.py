@@ -115,9 +115,9 @@ def test_make_measure_ends_with_the_five_lines(capsys):
                        "--batch-reps", "1", "--reps", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     got = _parse(lines[-5:])
-    assert got["name"] in bench.DRAFTS and float(got["A"]) <= float(got["S"]) == float(got["B"])
+    assert got["name"] in bench.DEFAULT_DRAFTS and float(got["A"]) <= float(got["S"]) == float(got["B"])
     assert [b.split(": ")[0] for b in got["bk"].split(", ")] == ["B=1", "B=2"]
-    assert sum(line.startswith("draft ") for line in lines) == len(bench.DRAFTS)  # one table per draft
+    assert sum(line.startswith("draft ") for line in lines) == len(bench.DEFAULT_DRAFTS)  # one table per draft
     beside = [line for line in lines if line.startswith("block verification, ")]  # the neural drafts, beside
     assert [line.split(" ")[2] for line in beside] == ["draft", "draft_deep", "table:", "lookup:"]
     assert beside[0].count("E[N]") == 2 and "one-hot draft" in beside[2]

@@ -1,11 +1,17 @@
 """Early exit: the target's first L layers draft through one shared cache, and the output is still the target's."""
+import importlib.util
+import pathlib
+
 import pytest
 import torch
 
 import specdec_lib as sd
 from specdec_lib.lab.early_exit import EarlyExitTarget, SharedCache, early_exit
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain, generate_speculative
+from specdec_lib.lab.measure import MeasurePlan
 from specdec_lib.lab.transformer import TinyCausalLM
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +136,32 @@ def test_reading_the_kept_states_one_slot_late_fails_the_same_test():
     exact = exact_continuations(model, PROMPT, HORIZON, temperature=1.0)
     got = _empirical(_OneSlotLate(model, 1), early_exit(model, 1)[1], "token")
     assert sd.total_variation(got, exact) > sd.tv_noise_bound(exact, N)
+
+
+# --- measured like every other draft ---------------------------------------------------------------------------
+def test_time_terms_and_measure_speedup_take_an_early_exit():
+    """The clock's phases run on the shared cache and leave it where a round starts; greedy pairs stay exact."""
+    model = TinyCausalLM(vocab=8, n_layer=3, seed=1)
+    target, draft = early_exit(model, 1)
+    context = torch.tensor([1, 2, 3, 4, 5])
+    T_1, D, V = sd.lab.time_terms(target, draft, context, [1, 3], reps=2)
+    assert T_1 > 0 and min(D + V) > 0
+    prompts = [_prompt(6, 8, seed=s) for s in range(2)]
+    t = sd.lab.measure_speedup(target, draft, prompts, [1, 3], plan=MeasurePlan(n_new=8, repeats=1, reps=1))
+    assert t.draft == "exit@1" and all(1.0 <= e <= k + 1 for e, k in zip(t.e_n, t.ks))
+
+
+@pytest.mark.heavy
+def test_make_measure_runs_an_early_exit(capsys):
+    """benchmarks/measure_speedup.py --drafts exit2: one table, the target's first 2 layers as its draft."""
+    spec = importlib.util.spec_from_file_location("measure_speedup", ROOT / "benchmarks" / "measure_speedup.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--drafts", "exit2", "--repeats", "1", "--prompts", "1", "--n-new", "4", "--ks", "1,2",
+                       "--batches", "1", "--batch-reps", "1", "--reps", "1", "--block-drafts", "exit2"]) == 0
+    out = capsys.readouterr().out
+    assert "draft exit2 (the target's first 2 layers, one shared cache)" in out
+    assert "block verification, exit@2 (token rule -> block)" in out
 
 
 # --- bad input --------------------------------------------------------------------------------------------------
