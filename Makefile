@@ -14,7 +14,7 @@
 #   make notebooks   execute every notebooks/*.ipynb top to bottom in a fresh kernel, in place
 #   make figures     python -m specdec_lib.presentation figures/ (every registered figure as a PNG)
 #   make bench       time batched decode_markov against a per-sample loop (benchmarks/bench_markov.py)
-#   make models      train the lab's target and drafts on the stdlib's source (tools/train_models.py; ~15 min on 2 cores)
+#   make models      train the lab's target, drafts and early-exit fine-tune on the stdlib's source (tools/train_models.py; ~16 min)
 #   make measure     the cost equation against the clock for every draft, the batch regime, block verification (~7 min; MEASURE_ARGS="--help")
 #   make real-pair   fetch or locate the real pair (Qwen2.5-Coder-1.5B/-0.5B-Instruct), verify, convert once into
 #                    ~/.cache/specdec (SPECDEC_CACHE; REAL_PAIR_ARGS="--help"; --small: the 0.5B alone, for 8 GB laptops)

@@ -6,9 +6,11 @@ sorted by name, read as bytes (vocabulary 256); every 10th file is held out for 
 so a rerun reproduces the weights bit for bit only with the same Python version (the standard library's
 files differ between versions), the same torch version and the same thread count (TRAIN_THREADS).
 Writes specdec_lib/lab/weights/pair.pt (target and draft: float16 weights and both configs; sd.lab.load_pair()) and
-specdec_lib/lab/weights/draft_deep.pt (a 2-layer draft of width 64, the same format; sd.lab.load_draft("draft_deep")).
+specdec_lib/lab/weights/draft_deep.pt (a 2-layer draft of width 64, the same format; sd.lab.load_draft("draft_deep")),
+and specdec_lib/lab/weights/early_exit.pt: the target after a short early-exit fine-tune (LayerSkip's idea: the loss
+of every exit through the shared ln_f and head, beside the last layer's), sd.lab.load_target("target_ee").
 
-usage: python tools/train_models.py [--steps-scale X] [--models target,draft,draft_deep]
+usage: python tools/train_models.py [--steps-scale X] [--models target,draft,draft_deep,target_ee]
        (X < 1 for a quick smoke run; writes nothing unless --out; --models draft_deep leaves pair.pt alone)
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from specdec_lib.lab import corpus, transformer, weights
+from specdec_lib.lab.early_exit import exit_logits
 
 TRAIN_THREADS = 2
 SEED = 1234
@@ -31,8 +34,10 @@ PLAN = {  # name: (config, seed, steps, batch, lr)
     "target": (transformer.TARGET_CONFIG, 1, 2000, 16, 3e-3),
     "draft": (transformer.DRAFT_CONFIG, 2, 1500, 16, 1e-2),
     "draft_deep": (weights.DEEP_DRAFT_CONFIG, 3, 2000, 16, 5e-3),
+    "target_ee": (transformer.TARGET_CONFIG, 4, 300, 16, 5e-4),  # fine-tuned from the target, not from scratch
 }
-FILES = {"pair": ("target", "draft"), "draft_deep": ("draft_deep",)}  # weights file stem: the models it holds
+FILES = {"pair": ("target", "draft"), "draft_deep": ("draft_deep",), "early_exit": ("target_ee",)}  # stem: models
+EXIT_WEIGHT = 1.0  # the early exits' mean cross-entropy, weighed against the last layer's (which keeps weight 1)
 SEQ = 192  # training context = the models' max_len
 
 
@@ -78,6 +83,47 @@ def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: flo
     return model
 
 
+def heldout_exits(model: transformer.CachedLM, heldout: torch.Tensor) -> list[float]:
+    """Held-out nats per byte at each exit (layer 1 .. last) on the same seeded batch the training log reports."""
+    x, y = next(batches(heldout, 16, SEQ, torch.Generator().manual_seed(SEED)))
+    with torch.no_grad():
+        return [F.cross_entropy(z.flatten(0, 1), y.flatten()).item() for z in exit_logits(model, x)]
+
+
+def finetune_early_exit(target: transformer.CachedLM, data: torch.Tensor, heldout: torch.Tensor,
+                        steps_scale: float) -> transformer.CachedLM:
+    """A copy of target trained on CE(last layer) + EXIT_WEIGHT * mean CE(each earlier exit), the head shared."""
+    config, seed, steps, batch, lr = PLAN["target_ee"]
+    steps = max(1, int(steps * steps_scale))
+    model = transformer.CachedLM(config, seed=seed)
+    model.load_state_dict(target.state_dict())
+    before = heldout_exits(model, heldout)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    data_iter = batches(data, batch, SEQ, torch.Generator().manual_seed(SEED + 10 * seed))
+    t0 = time.perf_counter()
+    bar = tqdm(range(steps), desc="early-exit fine-tune of the target", unit="step")
+    for step in bar:
+        x, y = next(data_iter)
+        ce = [F.cross_entropy(z.flatten(0, 1), y.flatten()) for z in exit_logits(model, x)]
+        loss = ce[-1] + EXIT_WEIGHT * torch.stack(ce[:-1]).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % max(1, steps // 10) == 0 or step == steps - 1:
+            bar.set_postfix(last=f"{ce[-1].item():.3f}")
+            tqdm.write(f"target_ee step {step:4d}/{steps}  exits " + " ".join(f"{c.item():.3f}" for c in ce)
+                       + f" nats/byte  {time.perf_counter() - t0:6.1f}s")
+    model.eval()
+    after = heldout_exits(model, heldout)
+    for layer, (b, a) in enumerate(zip(before, after), 1):
+        print(f"target_ee: exit after layer {layer}: held-out {b:.3f} -> {a:.3f} nats/byte", flush=True)
+    print(f"target_ee: the target's own (last-layer) quality {before[-1]:.3f} -> {after[-1]:.3f} nats/byte, "
+          f"{time.perf_counter() - t0:.0f}s", flush=True)
+    return model
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every step count (smoke runs)")
@@ -100,7 +146,11 @@ def main(argv: list[str]) -> int:
     print(f"corpus: {len(corpus.corpus_files())} stdlib files, {data.numel():,} training bytes, "
           f"{heldout.numel():,} held out; Python {sys.version.split()[0]}, torch {torch.__version__}")
     t0 = time.perf_counter()
-    models = {name: train(name, data, heldout, args.steps_scale) for name in PLAN if name in names}
+    models = {name: train(name, data, heldout, args.steps_scale) for name in PLAN
+              if name in names and name != "target_ee"}
+    if "target_ee" in names:  # from this run's target, else the committed one
+        target = models["target"] if "target" in models else weights.load_target()
+        models["target_ee"] = finetune_early_exit(target, data, heldout, args.steps_scale)
     print(f"trained {', '.join(models)} in {time.perf_counter() - t0:.0f}s")
     if out is not None:
         for stem in stems:

@@ -23,7 +23,7 @@ from .alignment import AlignmentReport, alignment_report, alignment_tv, block_sc
 from .batch_cost import LinearCost
 from .corpus import corpus_prompts
 from .drafters import NeuralDraft, PromptLookupDraft, TableDraft
-from .early_exit import EarlyExitDraft, EarlyExitTarget, SharedCache, early_exit
+from .early_exit import EarlyExitDraft, EarlyExitTarget, SharedCache, early_exit, exit_logits
 from .generation import exact_continuations, generate_plain, generate_speculative
 from .hf_causal_lm import HFCausalLM, set_matmul, tiny_hf_model
 from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
@@ -41,7 +41,7 @@ from .tree_attention import (
     tree_positions,
     tree_scores,
 )
-from .weights import load_draft, load_pair
+from .weights import load_draft, load_pair, load_target
 
 __all__ = [
     "CachedLM", "KVCache", "LMConfig", "TinyCausalLM", "n_params", "load_pair", "load_draft", "corpus_prompts",
@@ -52,5 +52,5 @@ __all__ = [
     "tree_mask", "tree_positions", "tree_scores", "path_scores", "tree_alignment_report", "TreeAlignmentReport",
     "HFCausalLM", "set_matmul", "tiny_hf_model", "SparseNGramTable", "build_sparse_ngram",
     "RealRecording", "RealRun", "load_real_recording", "real_recorded", "early_exit", "EarlyExitTarget",
-    "EarlyExitDraft", "SharedCache",
+    "EarlyExitDraft", "SharedCache", "exit_logits", "load_target",
 ]

@@ -24,7 +24,7 @@ from .._checks import check_int, check_token_ids
 from .steps import pick
 from .transformer import CachedLM, KVCache
 
-__all__ = ["SharedCache", "EarlyExitTarget", "EarlyExitDraft", "early_exit"]
+__all__ = ["SharedCache", "EarlyExitTarget", "EarlyExitDraft", "early_exit", "exit_logits"]
 
 
 class SharedCache:
@@ -160,3 +160,18 @@ def early_exit(model: CachedLM, exit_layer: int, *, head=None) -> tuple[EarlyExi
         raise ValueError(f"exit_layer must be below the model's {len(model.blocks)} layers (1 .. "
                          f"{len(model.blocks) - 1}), got {exit_layer}")
     return EarlyExitTarget(model, exit_layer), EarlyExitDraft(model, exit_layer, head)
+
+
+def exit_logits(model: CachedLM, idx: torch.Tensor) -> list[torch.Tensor]:
+    """Logits (B, T, vocab) read after each of model's layers through its ln_f and head, uncached: [L = 1, .., last].
+
+    The last is model(idx). The early-exit loss of a LayerSkip-style fine-tune is a weighted sum of their
+    cross-entropies; without one, the early rows are what the untrained exits predict.
+    """
+    check_token_ids("idx", idx, model.vocab, dims=2)
+    x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[1], device=idx.device))  # (B, T, C)
+    out = []
+    for layer, block in enumerate(model.blocks):
+        x = block(x, layer, None, 0)  # (B, T, C)
+        out.append(model.head(model.ln_f(x)))  # (B, T, vocab)
+    return out

@@ -1,6 +1,7 @@
 """The lab's trained models: loaded from, and saved to, specdec_lib/lab/weights/ (`make models`).
 
-pair.pt holds the target and the 1-layer draft; draft_deep.pt a 2-layer draft of width 64 for the same target.
+pair.pt holds the target and the 1-layer draft; draft_deep.pt a 2-layer draft of width 64 for the same target;
+early_exit.pt the target after a short early-exit fine-tune ("target_ee", for sd.lab.early_exit).
 Each file is a dict {name: float16 state dict, name + "_config": LMConfig fields}, loaded with weights_only.
 """
 from __future__ import annotations
@@ -14,14 +15,15 @@ from .._checks import check_choice
 from .transformer import CachedLM, LMConfig
 
 __all__ = [
-    "WEIGHTS_DIR", "WEIGHTS_FILE", "DEEP_DRAFT_CONFIG", "DRAFT_FILES", "load_pair", "load_draft", "save_models",
-    "save_pair"
+    "WEIGHTS_DIR", "WEIGHTS_FILE", "DEEP_DRAFT_CONFIG", "DRAFT_FILES", "TARGET_FILES", "load_pair", "load_draft",
+    "load_target", "save_models", "save_pair"
 ]
 
 WEIGHTS_DIR = pathlib.Path(__file__).parent / "weights"
 WEIGHTS_FILE = "pair.pt"
 DEEP_DRAFT_CONFIG = LMConfig(vocab=256, d_model=64, n_head=2, n_layer=2, max_len=192)
 DRAFT_FILES = {"draft": WEIGHTS_FILE, "draft_deep": "draft_deep.pt"}  # draft name: the file that holds it
+TARGET_FILES = {"target": WEIGHTS_FILE, "target_ee": "early_exit.pt"}  # the target, and it early-exit fine-tuned
 
 
 def _load(file: str, names: tuple[str, ...], device) -> list[CachedLM]:
@@ -49,6 +51,13 @@ def load_draft(name: str = "draft_deep", device: str | torch.device = "cpu") -> 
     check_choice("name", name, tuple(DRAFT_FILES))
     (draft,) = _load(DRAFT_FILES[name], (name,), device)
     return draft
+
+
+def load_target(name: str = "target", device: str | torch.device = "cpu") -> CachedLM:
+    """The trained target ('target', as load_pair's) or its early-exit fine-tune ('target_ee'), as float32."""
+    check_choice("name", name, tuple(TARGET_FILES))
+    (target,) = _load(TARGET_FILES[name], (name,), device)
+    return target
 
 
 def save_models(models: dict[str, CachedLM], path: pathlib.Path) -> None:
