@@ -34,13 +34,16 @@ from specdec_lib.lab.batch_cost import BatchCost, batch_cost
 
 DEFAULT_DRAFTS = ("draft", "draft_deep", "table", "lookup")  # what `make measure` records
 EXITS = ("exit1", "exit2", "exit3")  # early exit: the target's first 1, 2 or 3 of its 4 layers (sd.lab.early_exit)
-DRAFTS = DEFAULT_DRAFTS + EXITS
+SELF = EXITS + ("medusa",)  # drafts from the target itself (medusa: 4 heads on its features, k <= 4)
+DRAFTS = DEFAULT_DRAFTS + SELF
 NEURAL = ("draft", "draft_deep")  # the drafts whose q is not one-hot: where block verification can differ
+ONE_HOT = ("table", "lookup")  # block verification is the token rule for these
 
 
 def make_drafter(name: str, device: str, target):
     """(the target to decode with, the drafter called name): the two trained networks, the corpus 4-gram table,
-    prompt lookup (m = 3), or an early exit (the target wrapped to share its cache with its first L layers)."""
+    prompt lookup (m = 3), an early exit (the target wrapped to share its cache with its first L layers), or
+    Medusa's heads (the target wrapped to keep its features, which the heads read)."""
     if name in ("draft", "draft_deep"):
         return target, sd.lab.NeuralDraft(sd.lab.load_draft(name, device), name=name)
     if name == "table":
@@ -49,6 +52,8 @@ def make_drafter(name: str, device: str, target):
         return target, sd.lab.PromptLookupDraft(256, m=3)
     if name in EXITS:
         return sd.lab.early_exit(target, int(name[len("exit"):]))
+    if name == "medusa":
+        return sd.lab.medusa(target, sd.lab.load_heads("medusa", device))
     raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {name!r}")
 
 
@@ -78,7 +83,7 @@ def block_lines(tables: list[sd.lab.SpeedupTable]) -> list[str]:
     """Per draft run beside block verification: E[N] and measured S, token rule -> block, at every k."""
     lines = []
     for t in tables:
-        if not t.beside and t.draft not in NEURAL:
+        if not t.beside and t.draft in ONE_HOT:
             lines.append(f"block verification, {t.draft}: a one-hot draft, where it is the token rule (not run twice)")
         for run in t.beside:
             cells = [f"k={k}: E[N] {t.e_n[i]:.3f} -> {run.e_n[i]:.3f} ({run.e_n[i] / t.e_n[i] - 1:+.1%}), "
@@ -113,21 +118,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="also write every table's fields as JSON")
+    parser.add_argument("--target", default="target", choices=tuple(sd.lab.weights.TARGET_FILES),
+                        help="the trained target, or its early-exit fine-tune (target_ee: the same drafts are exact "
+                             "for it, and its exits draft better)")
     parser.add_argument("--block-drafts", default=",".join(NEURAL),
-                        help=f"drafts also decoded with block verification, from {', '.join(NEURAL)} ('' for none)")
+                        help=f"drafts also decoded with block verification, from {', '.join(NEURAL + SELF)} ('' for none)")
     args = parser.parse_args(argv)
     names = [n for n in args.drafts.split(",") if n]
     if not names or set(names) - set(DRAFTS):
         parser.error(f"--drafts must name some of {', '.join(DRAFTS)}, got {args.drafts!r}")
     block_drafts = [n for n in args.block_drafts.split(",") if n]
-    if set(block_drafts) - set(NEURAL + EXITS):
-        parser.error(f"--block-drafts must name some of {', '.join(NEURAL + EXITS)}, got {args.block_drafts!r}")
+    if set(block_drafts) - set(NEURAL + SELF):
+        parser.error(f"--block-drafts must name some of {', '.join(NEURAL + SELF)}, got {args.block_drafts!r}")
     torch.set_num_threads(args.threads)
-    target, _ = sd.lab.load_pair(args.device)
+    target = sd.lab.load_target(args.target, args.device)
     prompts = [p.to(args.device) for p in sd.lab.corpus_prompts(args.prompts, args.prompt_len, seed=0)]
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
     print(f"device {args.device} ({device}), {torch.get_num_threads()} thread(s), torch {torch.__version__}; "
-          f"target {sd.lab.n_params(target):,} parameters")
+          f"target {args.target}, {sd.lab.n_params(target):,} parameters")
     print(f"{args.prompts} held-out prompts x {args.n_new} new tokens, k in {args.ks}, "
           f"{'greedy' if args.temperature == 0 else f'temperature {args.temperature}, top_k {args.top_k}'}; "
           f"load average before: {load()}")
@@ -137,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         decoder, drafter = make_drafter(name, args.device, target)
         size = (f"{sd.lab.n_params(drafter.model):,} parameters" if isinstance(drafter, sd.lab.NeuralDraft) else
                 f"the target's first {drafter.exit_layer} layers, one shared cache"
-                if isinstance(drafter, sd.lab.EarlyExitDraft) else "no network")
+                if isinstance(drafter, sd.lab.EarlyExitDraft) else
+                f"{sd.lab.n_params(drafter.heads):,} parameters in {drafter.heads.num_heads} heads on the target's features"
+                if isinstance(drafter, sd.lab.MedusaDraft) else "no network")
         with tqdm(total=args.repeats * len(prompts) * len(args.ks), unit="pair",
                   desc=f"timing draft {name}: terms, then plain vs speculative") as bar:
             plan = sd.lab.measure.MeasurePlan(n_new=args.n_new, repeats=args.repeats, reps=args.reps,

@@ -23,7 +23,8 @@ from .sampling import accept_ratio, residual_weights, sample_rows
 
 __all__ = ["DRAWS", "STAGE_Q", "FINALS", "Stages", "Walk", "KSeq", "Hub", "Verifier", "top_order", "count_outcomes",
            "draft_outcomes", "without", "remove_tokens", "stage_q", "next_target", "pick", "stage", "final_target",
-           "NodeOutcomes", "node_outcomes", "StepLaw", "step_law", "draw_drafts", "distinct", "StepDraw", "step_sample"]
+           "NodeOutcomes", "node_outcomes", "StepLaw", "step_law", "draw_drafts", "distinct", "StepDraw", "step_sample",
+           "step_verify"]
 
 STAGE_Q = ("q", "q_i", "q_next", "onehot")  # q itself | q without the earlier drafts | q_i without x_i too | e_{x_i}
 FINALS = ("current", "first_residual")  # all rejected: the last target | norm([p - q]_+), whatever happened
@@ -223,6 +224,11 @@ def step_sample(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: 
                 generator) -> StepDraw:
     """size independent steps: draw the drafts as the rule draws them, test them; tokens and kept flags apart."""
     X = draw_drafts(q, num_drafts, verifier.draws, size, generator)  # (size, k)
+    return step_verify(p, q, X, verifier=verifier, generator=generator)
+
+
+def step_verify(p: torch.Tensor, q: torch.Tensor, X: torch.Tensor, *, verifier: Verifier, generator) -> StepDraw:
+    """Test drafts X (size, k), drawn from q as verifier.draws says, against p: a tree node's test of its children."""
     if isinstance(verifier, (KSeq, Hub)):
         return StepDraw(*coupled_draw(p, q, X, verifier, generator))
     if isinstance(verifier, Walk):

@@ -8,9 +8,10 @@ files differ between versions), the same torch version and the same thread count
 Writes specdec_lib/lab/weights/pair.pt (target and draft: float16 weights and both configs; sd.lab.load_pair()) and
 specdec_lib/lab/weights/draft_deep.pt (a 2-layer draft of width 64, the same format; sd.lab.load_draft("draft_deep")),
 and specdec_lib/lab/weights/early_exit.pt: the target after a short early-exit fine-tune (LayerSkip's idea: the loss
-of every exit through the shared ln_f and head, beside the last layer's), sd.lab.load_target("target_ee").
+of every exit through the shared ln_f and head, beside the last layer's), sd.lab.load_target("target_ee"), and
+specdec_lib/lab/weights/medusa.pt: 4 Medusa heads trained on the frozen target, sd.lab.load_heads("medusa").
 
-usage: python tools/train_models.py [--steps-scale X] [--models target,draft,draft_deep,target_ee]
+usage: python tools/train_models.py [--steps-scale X] [--models target,draft,draft_deep,target_ee,medusa]
        (X < 1 for a quick smoke run; writes nothing unless --out; --models draft_deep leaves pair.pt alone)
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tqdm import tqdm
 
 from specdec_lib.lab import corpus, transformer, weights
 from specdec_lib.lab.early_exit import exit_logits
+from specdec_lib.lab.medusa import MedusaHeads
 
 TRAIN_THREADS = 2
 SEED = 1234
@@ -36,8 +38,13 @@ PLAN = {  # name: (config, seed, steps, batch, lr)
     "draft_deep": (weights.DEEP_DRAFT_CONFIG, 3, 2000, 16, 5e-3),
     "target_ee": (transformer.TARGET_CONFIG, 4, 300, 16, 5e-4),  # fine-tuned from the target, not from scratch
 }
-FILES = {"pair": ("target", "draft"), "draft_deep": ("draft_deep",), "early_exit": ("target_ee",)}  # stem: models
+MEDUSA = (4, 5, 600, 16, 3e-3)  # (heads, seed, steps, batch, lr): heads on the frozen target, not a CachedLM
+PLAN_HEADS = {"medusa": MEDUSA}
+FILES = {"pair": ("target", "draft"), "draft_deep": ("draft_deep",), "early_exit": ("target_ee",),
+         "medusa": ("medusa",)}  # stem: models
 EXIT_WEIGHT = 1.0  # the early exits' mean cross-entropy, weighed against the last layer's (which keeps weight 1)
+HEAD_DECAY = 0.8  # Medusa-1's loss weights the head that looks j tokens further ahead by 0.8 ** (j - 1)
+ALL = tuple(PLAN) + tuple(PLAN_HEADS)  # what --models may name
 SEQ = 192  # training context = the models' max_len
 
 
@@ -124,18 +131,65 @@ def finetune_early_exit(target: transformer.CachedLM, data: torch.Tensor, heldou
     return model
 
 
+def head_losses(heads: MedusaHeads, target: transformer.CachedLM, x: torch.Tensor, y: torch.Tensor):
+    """(cross-entropy, top-1 accuracy) per head on windows x, y (B, SEQ): head j at t against the byte at t + 1 + j."""
+    with torch.no_grad():
+        h = target.features(x)  # (B, SEQ, C): the frozen target's features
+    logits = heads(h)  # (B, SEQ, K, V)
+    ce, acc = [], []
+    for j in range(1, heads.num_heads + 1):
+        z, want = logits[:, :-j, j - 1], y[:, j:]  # (B, SEQ - j, V), (B, SEQ - j)
+        ce.append(F.cross_entropy(z.flatten(0, 1), want.flatten()))
+        acc.append((z.argmax(-1) == want).double().mean().item())
+    return ce, acc
+
+
+def train_medusa(target: transformer.CachedLM, data: torch.Tensor, heldout: torch.Tensor,
+                 steps_scale: float) -> MedusaHeads:
+    """Medusa heads on the frozen target: sum over heads of HEAD_DECAY ** (j - 1) * CE(head j)."""
+    num_heads, seed, steps, batch, lr = MEDUSA
+    steps = max(1, int(steps * steps_scale))
+    heads = MedusaHeads(target, num_heads).train()
+    opt = torch.optim.AdamW(heads.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    data_iter = batches(data, batch, SEQ, torch.Generator().manual_seed(SEED + 10 * seed))
+    val = next(batches(heldout, 16, SEQ, torch.Generator().manual_seed(SEED)))
+    with torch.no_grad():
+        _, before = head_losses(heads.eval(), target, *val)
+    heads.train()
+    t0 = time.perf_counter()
+    bar = tqdm(range(steps), desc="training medusa heads on the frozen target", unit="step")
+    for step in bar:
+        ce, _ = head_losses(heads, target, *next(data_iter))
+        loss = sum(HEAD_DECAY ** j * c for j, c in enumerate(ce))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % max(1, steps // 10) == 0 or step == steps - 1:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            tqdm.write(f"medusa step {step:4d}/{steps}  heads " + " ".join(f"{c.item():.3f}" for c in ce)
+                       + f" nats/byte  {time.perf_counter() - t0:6.1f}s")
+    heads.eval()
+    with torch.no_grad():
+        ce, after = head_losses(heads, target, *val)
+    for j, (b, a, c) in enumerate(zip(before, after, ce), 1):
+        print(f"medusa: head {j} (the byte {j + 1} ahead): held-out top-1 {b:.3f} -> {a:.3f}, {c.item():.3f} nats/byte",
+              flush=True)
+    print(f"medusa: {transformer.n_params(heads):,} parameters, {time.perf_counter() - t0:.0f}s", flush=True)
+    return heads
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every step count (smoke runs)")
     parser.add_argument("--out", type=pathlib.Path, default=None,
                         help="folder for the weights files (default specdec_lib/lab/weights/ for a full run)")
-    parser.add_argument("--models", default=",".join(PLAN),
-                        help=f"comma-separated models to train, from {', '.join(PLAN)} (target and draft go together)")
+    parser.add_argument("--models", default=",".join(ALL),
+                        help=f"comma-separated models to train, from {', '.join(ALL)} (target and draft go together)")
     args = parser.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
-    unknown = sorted(set(names) - set(PLAN))
+    unknown = sorted(set(names) - set(ALL))
     if unknown or not names:
-        parser.error(f"--models must name some of {', '.join(PLAN)}, got {args.models!r}")
+        parser.error(f"--models must name some of {', '.join(ALL)}, got {args.models!r}")
     stems = [stem for stem, models in FILES.items() if set(models) & set(names)]
     for stem in stems:
         if not set(FILES[stem]) <= set(names):
@@ -151,6 +205,9 @@ def main(argv: list[str]) -> int:
     if "target_ee" in names:  # from this run's target, else the committed one
         target = models["target"] if "target" in models else weights.load_target()
         models["target_ee"] = finetune_early_exit(target, data, heldout, args.steps_scale)
+    if "medusa" in names:  # on this run's target, else the committed one
+        target = models["target"] if "target" in models else weights.load_target()
+        models["medusa"] = train_medusa(target, data, heldout, args.steps_scale)
     print(f"trained {', '.join(models)} in {time.perf_counter() - t0:.0f}s")
     if out is not None:
         for stem in stems:

@@ -14,6 +14,9 @@ real_recording  the recorded `make measure-real` run on a pretrained pair (data/
 batch_cost   one target pass over B x (k + 1) positions: c_v(k; B) and the best k per batch size
 tree_attention  Act V: a draft tree scored in one target pass (ancestor mask, per-node positions)
 early_exit   self-speculation: the target's first L layers and an exit head draft, one shared cache
+features     the target's last hidden state kept per cache slot (FeatureTarget), what heads and feature drafts read
+tree_decoding  a draft tree per round, walked node by node with Act V's multi-draft rules; the path kept in cache
+medusa       Medusa heads on the target's features: a chain or a tree of guesses, no second model
 hf_causal_lm  any Hugging Face causal LM as a lab model (its DynamicCache cropped on rejection); tiny random ones
 
 The names below are reached as sd.lab.<name>.
@@ -24,9 +27,11 @@ from .batch_cost import LinearCost
 from .corpus import corpus_prompts
 from .drafters import NeuralDraft, PromptLookupDraft, TableDraft
 from .early_exit import EarlyExitDraft, EarlyExitTarget, SharedCache, early_exit, exit_logits
+from .features import FeatureCache, FeatureTarget
 from .generation import exact_continuations, generate_plain, generate_speculative
 from .hf_causal_lm import HFCausalLM, set_matmul, tiny_hf_model
 from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
+from .medusa import MedusaDraft, MedusaHeads, medusa
 from .ngram import NGramTable, SparseNGramTable, build_ngram, build_sparse_ngram, corpus_table
 from .real_recording import RealRecording, RealRun, load_real_recording, real_recorded
 from .recording import Recording, load_recording, recorded
@@ -41,7 +46,8 @@ from .tree_attention import (
     tree_positions,
     tree_scores,
 )
-from .weights import load_draft, load_pair, load_target
+from .tree_decoding import TREE_RULES, DraftTree, generate_tree
+from .weights import load_draft, load_heads, load_pair, load_target
 
 __all__ = [
     "CachedLM", "KVCache", "LMConfig", "TinyCausalLM", "n_params", "load_pair", "load_draft", "corpus_prompts",
@@ -52,5 +58,6 @@ __all__ = [
     "tree_mask", "tree_positions", "tree_scores", "path_scores", "tree_alignment_report", "TreeAlignmentReport",
     "HFCausalLM", "set_matmul", "tiny_hf_model", "SparseNGramTable", "build_sparse_ngram",
     "RealRecording", "RealRun", "load_real_recording", "real_recorded", "early_exit", "EarlyExitTarget",
-    "EarlyExitDraft", "SharedCache", "exit_logits", "load_target",
+    "EarlyExitDraft", "SharedCache", "exit_logits", "load_target", "FeatureCache", "FeatureTarget", "MedusaDraft",
+    "MedusaHeads", "medusa", "load_heads", "TREE_RULES", "DraftTree", "generate_tree",
 ]

@@ -22,11 +22,12 @@ from .accept import accept_block
 from .drafters import as_drafter, draft_block, start_states
 from .steps import GREEDY, Decoding, check_policy, pick, prefill, sync
 
-__all__ = ["Decoding", "GREEDY", "check_policy", "decode_step", "draft_block", "exact_continuations", "generate_plain",
-           "generate_speculative", "prefill", "sync", "verify_round"]  # draft_block, prefill: as before the move
+__all__ = ["Decoding", "GREEDY", "check_policy", "check_prompt", "check_log", "check_decoding", "decode_step",
+           "draft_block", "exact_continuations", "generate_plain", "generate_speculative", "prefill", "sync",
+           "verify_round"]  # draft_block, prefill: as before the move
 
 
-def _check_prompt(prompt, model, n_new: int, extra: int = 0) -> torch.Tensor:
+def check_prompt(prompt, model, n_new: int, extra: int = 0) -> torch.Tensor:
     """A non-empty 1-D LongTensor of ids in the model's vocabulary that leaves room for n_new (+ extra) tokens."""
     prompt = check_token_ids("prompt", prompt, model.vocab, dims=1, allow_empty=False, long_only=True)
     if model.max_len is not None and prompt.numel() + n_new + extra > model.max_len:
@@ -63,7 +64,8 @@ def verify_round(target, t_cache, d_state, block: torch.Tensor, q_rows, *, n: in
     return a, nxt
 
 
-def _check_log(log, k: int) -> None:
+def check_log(log, k: int) -> None:
+    """None, or a SpecDecodeLog made for this k."""
     if log is not None:
         if not isinstance(log, SpecDecodeLog):
             raise TypeError(f"log must be a SpecDecodeLog or None, got {type(log).__name__}")
@@ -71,7 +73,8 @@ def _check_log(log, k: int) -> None:
             raise ValueError(f"log was made for k = {log.k}, but k = {k}")
 
 
-def _check_decoding(decoding) -> Decoding:
+def check_decoding(decoding) -> Decoding:
+    """decoding, if it is a Decoding."""
     if not isinstance(decoding, Decoding):
         raise TypeError(f"decoding must be a Decoding, got {type(decoding).__name__}")
     return decoding
@@ -85,9 +88,9 @@ def generate_plain(model, prompt: torch.Tensor, n_new: int, *, decoding: Decodin
     A log made with k = 0 records each step as a round (no draft, one target call, one token).
     """
     n_new = check_int("n_new", n_new, minimum=1)
-    prompt = _check_prompt(prompt, model, n_new)
-    policy = _check_decoding(decoding).kwargs()
-    _check_log(log, 0)
+    prompt = check_prompt(prompt, model, n_new)
+    policy = check_decoding(decoding).kwargs()
+    check_log(log, 0)
     cache = prefill(model, prompt)
     out = prompt.new_empty(n_new)
     last = prompt[-1:]  # (1,)
@@ -116,12 +119,12 @@ def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int
     n_new = check_int("n_new", n_new, minimum=1)
     k = check_int("k", k, minimum=1)
     drafter = as_drafter(draft)
-    prompt = _check_prompt(prompt, target, n_new, extra=k)
-    _check_prompt(prompt, drafter, n_new, extra=k)
+    prompt = check_prompt(prompt, target, n_new, extra=k)
+    check_prompt(prompt, drafter, n_new, extra=k)
     if drafter.vocab != target.vocab:
         raise ValueError(f"draft and target must share a vocabulary, got {drafter.vocab} and {target.vocab}")
-    decoding = _check_decoding(decoding)
-    _check_log(log, k)
+    decoding = check_decoding(decoding)
+    check_log(log, k)
     L = prompt.numel()
     seq = prompt.new_empty(L + n_new + k + 1)  # committed tokens (and room for one overshooting block)
     seq[:L] = prompt
@@ -156,7 +159,7 @@ def exact_continuations(model, prompt: torch.Tensor, horizon: int, *, temperatur
     the policy's conditionals at its own tokens. Meant for tiny vocabularies and horizons.
     """
     horizon = check_int("horizon", horizon, minimum=1)
-    prompt = _check_prompt(prompt, model, horizon)
+    prompt = check_prompt(prompt, model, horizon)
     temperature, top_k = check_policy(temperature, top_k)
     V, L = model.vocab, prompt.numel()
     if V ** horizon > 1 << 16:

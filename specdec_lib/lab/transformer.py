@@ -19,7 +19,7 @@ from .._checks import check_int, check_token_ids
 
 __all__ = [
     "LMConfig", "TARGET_CONFIG", "DRAFT_CONFIG", "KVCache", "CachedAttention", "CachedBlock", "CachedLM",
-    "check_positions_and_mask", "n_params", "TinyCausalLM"
+    "check_positions_and_mask", "check_kept_slots", "n_params", "TinyCausalLM"
 ]
 
 
@@ -66,6 +66,26 @@ class KVCache:
         if not 0 <= n <= self.length:
             raise ValueError(f"n must lie in [0, {self.length}] (the cached length), got {n}")
         self.length = n
+
+    def keep(self, start: int, slots: torch.Tensor) -> None:
+        """Keep, after the first start positions, only slots (m,) (ascending, in [start, length)), moved down to
+        start .. start+m-1: a tree pass's accepted path, where a chain pass would have written it."""
+        check_kept_slots(slots, start=start, length=self.length)
+        m = slots.numel()
+        self.k[:, :, :, start:start + m] = self.k[:, :, :, slots]  # indexing copies first: overlap is safe
+        self.v[:, :, :, start:start + m] = self.v[:, :, :, slots]
+        self.length = start + m
+
+
+def check_kept_slots(slots, *, start: int, length: int) -> None:
+    """slots: a LongTensor (m,), strictly increasing, in [start, length) (a path of a parents-first tree)."""
+    if not isinstance(slots, torch.Tensor) or slots.dtype != torch.long or slots.dim() != 1:
+        got = f"{slots.dtype} {tuple(slots.shape)}" if isinstance(slots, torch.Tensor) else type(slots).__name__
+        raise TypeError(f"slots must be a 1-D LongTensor, got {got}")
+    if not 0 <= start <= length:
+        raise ValueError(f"start must lie in [0, {length}] (the cached length), got {start}")
+    if slots.numel() and (int(slots.min()) < start or int(slots.max()) >= length or bool((slots.diff() <= 0).any())):
+        raise ValueError(f"slots must be strictly increasing and lie in [{start}, {length}), got {slots.tolist()}")
 
 
 class CachedAttention(nn.Module):
@@ -162,6 +182,12 @@ class CachedLM(nn.Module):
         position ids start .. start+T-1 and mask (T, start+T) (True = may attend) the causal mask: a draft tree
         scored in one pass gives each node its depth's position and lets it see only its ancestors.
         """
+        return self.head(self.features(idx, cache, positions=positions, mask=mask))  # (B, T, vocab)
+
+    def features(self, idx: torch.Tensor, cache: KVCache | None = None, *, positions: torch.Tensor | None = None,
+                 mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The last hidden state after ln_f (B, T, C), what the head reads (Medusa's heads and EAGLE's draft too);
+        the arguments are forward's."""
         check_token_ids("idx", idx, self.vocab, dims=2)
         start = 0 if cache is None else cache.length
         T = idx.shape[1]
@@ -178,7 +204,7 @@ class CachedLM(nn.Module):
             x = block(x, layer, cache, start, mask)  # (B, T, C)
         if cache is not None:
             cache.length = start + T
-        return self.head(self.ln_f(x))  # (B, T, vocab)
+        return self.ln_f(x)  # (B, T, C)
 
 
 def check_positions_and_mask(positions, mask, *, T: int, start: int, max_len: int) -> None:

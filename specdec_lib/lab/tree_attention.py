@@ -18,7 +18,8 @@ from .hf_causal_lm import HFCausalLM
 from .transformer import CachedLM
 
 __all__ = ["MASKS", "POSITIONS", "FlatTree", "tree_from_widths", "check_flat_tree", "tree_mask", "tree_positions",
-           "check_tree_inputs", "tree_scores", "path_scores", "TreeAlignmentReport", "tree_alignment_report"]
+           "tree_layout", "check_tree_inputs", "tree_scores", "path_scores", "TreeAlignmentReport",
+           "tree_alignment_report"]
 
 MASKS = ("ancestor", "causal")  # the tree's ancestor mask; the causal mask over the flattened tree (wrong)
 POSITIONS = ("depth", "flat")   # len(prefix) + depth - 1; len(prefix) + index in the flattened tree (wrong)
@@ -106,6 +107,17 @@ def tree_positions(tree: FlatTree, prefix_len: int) -> torch.Tensor:
     return prefix_len + tree.depths - 1  # (N,)
 
 
+def tree_layout(tree: FlatTree, prefix_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions (1+N,), mask (1+N, prefix_len+N)) of one pass over the prefix's last token (the root) and the tree.
+
+    The root sits at prefix_len - 1 and sees the prefix; node i sits at its depth's position and sees the prefix,
+    its ancestors and itself.
+    """
+    root = torch.cat([torch.ones(1, prefix_len, dtype=torch.bool), torch.zeros(1, tree.n, dtype=torch.bool)], 1)
+    mask = torch.cat([root, tree_mask(tree, prefix_len)])  # (1+N, prefix_len+N)
+    return torch.cat([torch.tensor([prefix_len - 1]), tree_positions(tree, prefix_len)]), mask
+
+
 def check_tree_inputs(model, prefix, tree) -> tuple[CachedLM | HFCausalLM, torch.Tensor, FlatTree]:
     """Validate a model, a prefix (L,) and a tree for scoring; prefix + tree must fit in max_len."""
     if not isinstance(model, (CachedLM, HFCausalLM)):
@@ -132,13 +144,11 @@ def tree_scores(model: CachedLM | HFCausalLM, prefix: torch.Tensor, tree: FlatTr
     check_choice("mask", mask, MASKS)
     check_choice("positions", positions, POSITIONS)
     L, N = prefix.numel(), tree.n
-    if mask == "ancestor":
-        last = torch.cat([torch.ones(1, L, dtype=torch.bool), torch.zeros(1, N, dtype=torch.bool)], 1)  # (1, L+N)
-        attend = torch.cat([last, tree_mask(tree, L)])  # (1+N, L+N)
-    else:
+    pos, attend = tree_layout(tree, L)  # (1+N,), (1+N, L+N)
+    if mask == "causal":
         attend = torch.ones(1 + N, L + N, dtype=torch.bool).tril(diagonal=L - 1)  # (1+N, L+N) causal
-    node_pos = tree_positions(tree, L) if positions == "depth" else torch.arange(L, L + N)  # (N,)
-    pos = torch.cat([torch.tensor([L - 1]), node_pos])  # (1+N,)
+    if positions == "flat":
+        pos = torch.arange(L - 1, L + N)  # (1+N,)
     cache = model.new_cache()
     if L > 1:
         model(prefix[None, :-1], cache)  # the committed text but its last token, as generation keeps it

@@ -1,7 +1,8 @@
 """The lab's trained models: loaded from, and saved to, specdec_lib/lab/weights/ (`make models`).
 
 pair.pt holds the target and the 1-layer draft; draft_deep.pt a 2-layer draft of width 64 for the same target;
-early_exit.pt the target after a short early-exit fine-tune ("target_ee", for sd.lab.early_exit).
+early_exit.pt the target after a short early-exit fine-tune ("target_ee", for sd.lab.early_exit); medusa.pt
+Medusa heads trained on the frozen target (sd.lab.medusa).
 Each file is a dict {name: float16 state dict, name + "_config": LMConfig fields}, loaded with weights_only.
 """
 from __future__ import annotations
@@ -12,11 +13,12 @@ from dataclasses import asdict
 import torch
 
 from .._checks import check_choice
+from .medusa import MedusaHeads
 from .transformer import CachedLM, LMConfig
 
 __all__ = [
     "WEIGHTS_DIR", "WEIGHTS_FILE", "DEEP_DRAFT_CONFIG", "DRAFT_FILES", "TARGET_FILES", "load_pair", "load_draft",
-    "load_target", "save_models", "save_pair"
+    "load_target", "HEADS_FILES", "load_heads", "save_models", "save_pair"
 ]
 
 WEIGHTS_DIR = pathlib.Path(__file__).parent / "weights"
@@ -24,6 +26,7 @@ WEIGHTS_FILE = "pair.pt"
 DEEP_DRAFT_CONFIG = LMConfig(vocab=256, d_model=64, n_head=2, n_layer=2, max_len=192)
 DRAFT_FILES = {"draft": WEIGHTS_FILE, "draft_deep": "draft_deep.pt"}  # draft name: the file that holds it
 TARGET_FILES = {"target": WEIGHTS_FILE, "target_ee": "early_exit.pt"}  # the target, and it early-exit fine-tuned
+HEADS_FILES = {"medusa": "medusa.pt"}  # heads trained on the frozen target: the file that holds them
 
 
 def _load(file: str, names: tuple[str, ...], device) -> list[CachedLM]:
@@ -60,12 +63,25 @@ def load_target(name: str = "target", device: str | torch.device = "cpu") -> Cac
     return target
 
 
-def save_models(models: dict[str, CachedLM], path: pathlib.Path) -> None:
+def load_heads(name: str = "medusa", device: str | torch.device = "cpu") -> MedusaHeads:
+    """Medusa heads trained on the frozen 'target' (load_target()), as float32 on device."""
+    check_choice("name", name, tuple(HEADS_FILES))
+    path = WEIGHTS_DIR / HEADS_FILES[name]
+    if not path.exists():
+        raise FileNotFoundError(f"no trained heads at specdec_lib/lab/weights/{HEADS_FILES[name]}: run `make models`")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    heads = MedusaHeads(load_target(), state[f"{name}_config"]["num_heads"])
+    heads.load_state_dict({k: v.float() for k, v in state[name].items()})
+    return heads.to(device).eval()
+
+
+def save_models(models: dict[str, CachedLM | MedusaHeads], path: pathlib.Path) -> None:
     """Write the models' weights (as float16, to halve the file) and configs to path, keyed by name."""
     state = {}
     for name, model in models.items():
         state[name] = {k: v.detach().to("cpu", torch.float16) for k, v in model.state_dict().items()}
-        state[f"{name}_config"] = asdict(model.config)
+        is_heads = isinstance(model, MedusaHeads)
+        state[f"{name}_config"] = {"num_heads": model.num_heads} if is_heads else asdict(model.config)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(state, path)
 
