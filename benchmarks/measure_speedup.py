@@ -57,6 +57,18 @@ def make_drafter(name: str, device: str, target):
     raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {name!r}")
 
 
+def describe(drafter) -> str:
+    """What a draft is made of, for its table's title."""
+    if isinstance(drafter, sd.lab.NeuralDraft):
+        return f"{sd.lab.n_params(drafter.model):,} parameters"
+    if isinstance(drafter, sd.lab.EarlyExitDraft):
+        return f"the target's first {drafter.exit_layer} layers, one shared cache"
+    if isinstance(drafter, sd.lab.MedusaDraft):
+        heads = drafter.heads
+        return f"{sd.lab.n_params(heads):,} parameters in {heads.num_heads} heads on the target's features"
+    return "no network"
+
+
 def constant_guess(measured: list[float]) -> tuple[float, float]:
     """(c, its max relative error): the one number c minimising max |c - m| / m over the measured speedups m.
 
@@ -129,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--drafts must name some of {', '.join(DRAFTS)}, got {args.drafts!r}")
     block_drafts = [n for n in args.block_drafts.split(",") if n]
     if set(block_drafts) - set(NEURAL + SELF):
-        parser.error(f"--block-drafts must name some of {', '.join(NEURAL + SELF)}, got {args.block_drafts!r}")
+        parser.error(f"--block-drafts must name some of {', '.join(NEURAL + SELF)}, "
+                     f"got {args.block_drafts!r}")
     torch.set_num_threads(args.threads)
     target = sd.lab.load_target(args.target, args.device)
     prompts = [p.to(args.device) for p in sd.lab.corpus_prompts(args.prompts, args.prompt_len, seed=0)]
@@ -143,11 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     tables = []
     for name in names:
         decoder, drafter = make_drafter(name, args.device, target)
-        size = (f"{sd.lab.n_params(drafter.model):,} parameters" if isinstance(drafter, sd.lab.NeuralDraft) else
-                f"the target's first {drafter.exit_layer} layers, one shared cache"
-                if isinstance(drafter, sd.lab.EarlyExitDraft) else
-                f"{sd.lab.n_params(drafter.heads):,} parameters in {drafter.heads.num_heads} heads on the target's features"
-                if isinstance(drafter, sd.lab.MedusaDraft) else "no network")
+        size = describe(drafter)
         with tqdm(total=args.repeats * len(prompts) * len(args.ks), unit="pair",
                   desc=f"timing draft {name}: terms, then plain vs speculative") as bar:
             plan = sd.lab.measure.MeasurePlan(n_new=args.n_new, repeats=args.repeats, reps=args.reps,
