@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the trained target, or its early-exit fine-tune (target_ee: the same drafts are exact "
                              "for it, and its exits draft better)")
     parser.add_argument("--block-drafts", default=",".join(NEURAL),
-                        help=f"drafts also decoded with block verification, from {', '.join(NEURAL + SELF)} ('' for none)")
+                        help=f"drafts also decoded with block verification, from {', '.join(NEURAL + SELF)} "
+                             "('' for none)")
     args = parser.parse_args(argv)
     names = [n for n in args.drafts.split(",") if n]
     if not names or set(names) - set(DRAFTS):
