@@ -17,6 +17,8 @@ early_exit   self-speculation: the target's first L layers and an exit head draf
 features     the target's last hidden state kept per cache slot (FeatureTarget), what heads and feature drafts read
 tree_decoding  a draft tree per round, walked node by node with Act V's multi-draft rules; the path kept in cache
 medusa       Medusa heads on the target's features: a chain or a tree of guesses, no second model
+lookahead    lookahead decoding: the target's own Jacobi iterates and an n-gram pool, one pass, no draft at all
+tree_measure  a tree's cost terms against the clock: S = E[N] / (c_d + c_v(tree))
 hf_causal_lm  any Hugging Face causal LM as a lab model (its DynamicCache cropped on rejection); tiny random ones
 
 The names below are reached as sd.lab.<name>.
@@ -30,6 +32,7 @@ from .early_exit import EarlyExitDraft, EarlyExitTarget, SharedCache, early_exit
 from .features import FeatureCache, FeatureTarget
 from .generation import exact_continuations, generate_plain, generate_speculative
 from .hf_causal_lm import HFCausalLM, set_matmul, tiny_hf_model
+from .lookahead import LookaheadDraft
 from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
 from .medusa import MedusaDraft, MedusaHeads, medusa
 from .ngram import NGramTable, SparseNGramTable, build_ngram, build_sparse_ngram, corpus_table
@@ -47,6 +50,7 @@ from .tree_attention import (
     tree_scores,
 )
 from .tree_decoding import TREE_RULES, DraftTree, generate_tree
+from .tree_measure import TreeTable, measure_trees, time_tree_terms
 from .weights import load_draft, load_heads, load_pair, load_target
 
 __all__ = [
@@ -59,5 +63,6 @@ __all__ = [
     "HFCausalLM", "set_matmul", "tiny_hf_model", "SparseNGramTable", "build_sparse_ngram",
     "RealRecording", "RealRun", "load_real_recording", "real_recorded", "early_exit", "EarlyExitTarget",
     "EarlyExitDraft", "SharedCache", "exit_logits", "load_target", "FeatureCache", "FeatureTarget", "MedusaDraft",
-    "MedusaHeads", "medusa", "load_heads", "TREE_RULES", "DraftTree", "generate_tree",
+    "MedusaHeads", "medusa", "load_heads", "TREE_RULES", "DraftTree", "generate_tree", "LookaheadDraft",
+    "TreeTable", "measure_trees", "time_tree_terms",
 ]

@@ -35,16 +35,23 @@ TREE_RULES = tuple(name for name, r in RULES.items() if r.nested)  # a node may 
 @dataclass(frozen=True, eq=False)
 class DraftTree:
     """A proposed tree, and (under sampling) q (N+1, V) float64: row 0 the law the root's children were drawn
-    from, row i+1 node i's children's law (None when greedy)."""
+    from, row i+1 node i's children's law (None when greedy). Only the first `proposals` nodes (default all) are
+    drafts the walk may keep; the rest are scored in the same pass and kept by no one (lookahead's window)."""
 
     tree: FlatTree
     q: torch.Tensor | None
+    proposals: int | None = None
 
     def __post_init__(self):
         check_flat_tree(self.tree)
         if self.q is not None and (self.q.dim() != 2 or self.q.shape[0] != self.tree.n + 1):
             raise ValueError(f"q must have one row per node and one for the root, ({self.tree.n + 1}, V), "
                              f"got {tuple(self.q.shape)}")
+        if self.proposals is None:
+            object.__setattr__(self, "proposals", self.tree.n)
+        check_int("proposals", self.proposals, minimum=0)
+        if self.proposals > self.tree.n:
+            raise ValueError(f"proposals must be at most the tree's {self.tree.n} nodes, got {self.proposals}")
 
 
 def tree_rule(rule: str):
@@ -78,7 +85,7 @@ def walk_tree(rows: torch.Tensor, draft: DraftTree, *, verifier, generator) -> t
     tokens, kids = draft.tree.tokens.tolist(), children(draft.tree)
     path, node = [], -1
     while True:
-        row, below = rows[node + 1], kids[node + 1]
+        row, below = rows[node + 1], [i for i in kids[node + 1] if i < draft.proposals]
         if draft.q is None:
             token = int(row.argmax())
             kept = token in (tokens[i] for i in below)
@@ -95,11 +102,11 @@ def walk_tree(rows: torch.Tensor, draft: DraftTree, *, verifier, generator) -> t
 
 
 def tree_round(target, cache, draft: DraftTree, last: torch.Tensor, *, n: int, decoding: Decoding,
-               verifier) -> tuple[torch.Tensor, int]:
+               verifier) -> tuple[torch.Tensor, int, torch.Tensor]:
     """One verification of a tree: one pass over last (1,) and the nodes, the walk, the cache keeps the path.
 
-    Returns (the accepted path's tokens (m,), the token after them). The cache holds n - 1 slots before and
-    n + m after (every committed token but the last).
+    Returns (the accepted path's tokens (m,), the token after them, the pass's logits (1+N, V)). The cache holds
+    n - 1 slots before and n + m after (every committed token but the last).
     """
     tree = draft.tree
     positions, mask = tree_layout(tree, n)  # (1+N,), (1+N, n+N)
@@ -109,30 +116,39 @@ def tree_round(target, cache, draft: DraftTree, last: torch.Tensor, *, n: int, d
     rows = logits if draft.q is None else policy_probs(logits.double(), decoding.temperature, decoding.top_k)
     path, token = walk_tree(rows, draft, verifier=verifier, generator=decoding.generator)
     cache.keep(n, n + torch.tensor(path, dtype=torch.long, device=dev))  # node i sat at slot n + i
-    return tree.tokens[path].to(dev), token
+    return tree.tokens[path].to(dev), token, logits
 
 
 @torch.inference_mode()
-def generate_tree(target, drafter, prompt: torch.Tensor, n_new: int, widths, *, rule: str = "mss",
+def generate_tree(target, drafter, prompt: torch.Tensor, n_new: int, widths=None, *, rule: str = "mss",
                   decoding: Decoding = GREEDY, log: SpecDecodeLog | None = None) -> torch.Tensor:
-    """n_new tokens from target, a static tree (widths[d] children per node at depth d) verified per round.
+    """n_new tokens from target, a draft tree verified per round: a static one (widths[d] children per node at
+    depth d), or, with widths None, the drafter's own (its tree_bounds() give its most nodes and depth).
 
-    drafter has propose_tree (sd.lab.MedusaDraft); rule names the multi-draft rule every node uses (TREE_RULES),
-    which also says how the drafter draws the children (its verifier's draws). The output's law is the target's
-    under decoding's policy whenever the rule is exact; greedy output equals plain greedy decoding.
+    drafter has propose_tree (sd.lab.MedusaDraft, sd.lab.LookaheadDraft), and observe(state, draft, logits) if it
+    learns from the pass (lookahead); rule names the multi-draft rule every node uses (TREE_RULES), which also
+    says how the drafter draws the children (its verifier's draws). The output's law is the target's under
+    decoding's policy whenever the rule is exact; greedy output equals plain greedy decoding.
     """
     if not isinstance(target, (CachedLM, FeatureTarget)):
         raise TypeError("target must be a CachedLM or a FeatureTarget (it takes positions and a tree mask), got "
                         f"{type(target).__name__}")
     if not callable(getattr(drafter, "propose_tree", None)):
         raise TypeError(f"drafter must propose trees (propose_tree), got {type(drafter).__name__}")
-    n_new, widths = check_int("n_new", n_new, minimum=1), tuple(check_widths(widths))
+    n_new = check_int("n_new", n_new, minimum=1)
+    if widths is None:
+        if not callable(getattr(drafter, "tree_bounds", None)):
+            raise ValueError(f"widths must be given for a drafter without a tree of its own, got None for "
+                             f"{type(drafter).__name__}")
+        nodes, depth = drafter.tree_bounds()
+    else:
+        widths = tuple(check_widths(widths))
+        nodes, depth = tree_size(widths), len(widths)
     verifier = tree_rule(rule).verifier
     decoding = check_decoding(decoding)
     if decoding.verifier != "token":
         raise ValueError(f"decoding.verifier must be 'token' for a tree (each node is a multi-draft step), "
                          f"got {decoding.verifier!r}")
-    nodes, depth = tree_size(widths), len(widths)
     prompt = check_prompt(prompt, target, n_new, extra=nodes)
     check_log(log, depth)
     L = prompt.numel()
@@ -140,14 +156,17 @@ def generate_tree(target, drafter, prompt: torch.Tensor, n_new: int, widths, *, 
     seq[:L] = prompt
     cache = prefill(target, prompt)
     state = drafter.start(prompt, cache)
-    n, policy = L, decoding.kwargs()
+    n, policy, observe = L, decoding.kwargs(), getattr(drafter, "observe", None)
     while n < L + n_new:
         t0 = time.perf_counter()
         draft = drafter.propose_tree(state, seq, n, widths, draws=verifier.draws, **policy)
         if log is not None:
             sync(draft.tree.tokens)
         t1 = time.perf_counter()
-        path, token = tree_round(target, cache, draft, seq[n - 1:n], n=n, decoding=decoding, verifier=verifier)
+        path, token, logits = tree_round(target, cache, draft, seq[n - 1:n], n=n, decoding=decoding,
+                                         verifier=verifier)
+        if observe is not None:
+            observe(state, draft, logits)
         a = path.numel()
         seq[n:n + a] = path
         seq[n + a] = token

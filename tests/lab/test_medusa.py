@@ -183,7 +183,7 @@ def test_after_a_tree_round_the_cache_holds_the_accepted_path_as_a_chain_pass_wo
     for cls in (FeatureTarget, _PathLeftInPlace):
         target = cls(model)
         cache = prefill(target, prompt)
-        path, _ = tree_round(target, cache, draft, prompt[-1:], n=n, decoding=GREEDY, verifier=None)
+        path, _, _ = tree_round(target, cache, draft, prompt[-1:], n=n, decoding=GREEDY, verifier=None)
         assert path.tolist() == [top, nxt] and cache.length == n + 2
         errors[cls] = max((a[..., :n + 2, :] - b[..., :n + 2, :]).abs().max().item()
                           for a, b in ((cache.k, chain.k), (cache.v, chain.v)))

@@ -40,6 +40,8 @@ ALLOWED = {  # a peer's file, cited next to its repository (and commit); not a f
     "model/utils.py": "SafeAILab/EAGLE's model/utils.py (evaluate_posterior): tree_bugs.py, notebook 06, workshop",
     "medusa/model/utils.py": "FasterDecoding/Medusa's typical acceptance: markov/draft_rules.py",
     "medusa/model/medusa_model.py": "FasterDecoding/Medusa's heads (ResBlock, MedusaModel): lab/medusa.py",
+    "lade/decoding.py": "hao-ai-lab/LookaheadDecoding's greedy loop: lab/lookahead.py",
+    "lade/models/llama.py": "hao-ai-lab/LookaheadDecoding's lookahead-branch mask: lab/lookahead.py",
     "eagle_utils.py": "sgl-project/sglang's python/sglang/srt/speculative/eagle_utils.py: notebook 06",
     "src/transformers/generation/utils.py": "huggingface/transformers' generate loop: notebook 01",
     "utils.py": "the same transformers file, listed under src/transformers/generation/ in markov/hf_assisted.py",
