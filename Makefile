@@ -14,8 +14,10 @@
 #   make notebooks   execute every notebooks/*.ipynb top to bottom in a fresh kernel, in place
 #   make figures     python -m specdec_lib.presentation figures/ (every registered figure as a PNG)
 #   make bench       time batched decode_markov against a per-sample loop (benchmarks/bench_markov.py)
-#   make models      train the lab's target, drafts and early-exit fine-tune on the stdlib's source (tools/train_models.py; ~16 min)
+#   make models      train the lab's target, drafts, early-exit fine-tune, Medusa heads and EAGLE draft (tools/train_models.py; ~19 min)
 #   make measure     the cost equation against the clock for every draft, the batch regime, block verification (~7 min; MEASURE_ARGS="--help")
+#   make measure-self  drafts from the target itself (early exit, Medusa, EAGLE, lookahead) beside the separate ones;
+#                    rewrites specdec_lib/data/self_drafts_reference.json, which notebook 09 reads (MEASURE_SELF_ARGS)
 #   make real-pair   fetch or locate the real pair (Qwen2.5-Coder-1.5B/-0.5B-Instruct), verify, convert once into
 #                    ~/.cache/specdec (SPECDEC_CACHE; REAL_PAIR_ARGS="--help"; --small: the 0.5B alone, for 8 GB laptops)
 #   make measure-real  the real pair through the lab's loop against the clock and transformers (~70 min here; MEASURE_REAL_ARGS)
@@ -48,7 +50,7 @@ PORTABLE_JOBS ?= 2
 PORTABLE_SKIP ?=
 PORTABLE_ARGS = --jobs $(PORTABLE_JOBS)$(if $(strip $(PORTABLE_SKIP)), $(addprefix --skip ,$(PORTABLE_SKIP)))
 
-.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure real-pair measure-real lock clean distclean help
+.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -179,6 +181,9 @@ models: $(STAMP)
 
 measure: $(STAMP)
 	$(VPY) benchmarks/measure_speedup.py $(MEASURE_ARGS)
+
+measure-self: $(STAMP)
+	$(VPY) benchmarks/measure_self.py --json specdec_lib/data/self_drafts_reference.json $(MEASURE_SELF_ARGS)
 
 real-pair: $(STAMP)
 	$(VPY) tools/real_pair.py $(REAL_PAIR_ARGS)

@@ -34,7 +34,7 @@ from specdec_lib.lab.batch_cost import BatchCost, batch_cost
 
 DEFAULT_DRAFTS = ("draft", "draft_deep", "table", "lookup")  # what `make measure` records
 EXITS = ("exit1", "exit2", "exit3")  # early exit: the target's first 1, 2 or 3 of its 4 layers (sd.lab.early_exit)
-SELF = EXITS + ("medusa",)  # drafts from the target itself (medusa: 4 heads on its features, k <= 4)
+SELF = EXITS + ("medusa", "eagle")  # drafts from the target itself (medusa: 4 heads on its features, k <= 4)
 DRAFTS = DEFAULT_DRAFTS + SELF
 NEURAL = ("draft", "draft_deep")  # the drafts whose q is not one-hot: where block verification can differ
 ONE_HOT = ("table", "lookup")  # block verification is the token rule for these
@@ -43,7 +43,7 @@ ONE_HOT = ("table", "lookup")  # block verification is the token rule for these
 def make_drafter(name: str, device: str, target):
     """(the target to decode with, the drafter called name): the two trained networks, the corpus 4-gram table,
     prompt lookup (m = 3), an early exit (the target wrapped to share its cache with its first L layers), or
-    Medusa's heads (the target wrapped to keep its features, which the heads read)."""
+    Medusa's heads or the EAGLE draft (the target wrapped to keep its features, which both read)."""
     if name in ("draft", "draft_deep"):
         return target, sd.lab.NeuralDraft(sd.lab.load_draft(name, device), name=name)
     if name == "table":
@@ -54,6 +54,8 @@ def make_drafter(name: str, device: str, target):
         return sd.lab.early_exit(target, int(name[len("exit"):]))
     if name == "medusa":
         return sd.lab.medusa(target, sd.lab.load_heads("medusa", device))
+    if name == "eagle":
+        return sd.lab.eagle(target, sd.lab.load_heads("eagle", device))
     raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {name!r}")
 
 
@@ -66,6 +68,8 @@ def describe(drafter) -> str:
     if isinstance(drafter, sd.lab.MedusaDraft):
         heads = drafter.heads
         return f"{sd.lab.n_params(heads):,} parameters in {heads.num_heads} heads on the target's features"
+    if isinstance(drafter, sd.lab.EagleDrafter):
+        return f"{sd.lab.n_params(drafter.net):,} parameters, one layer over the target's features"
     return "no network"
 
 

@@ -9,9 +9,11 @@ Writes specdec_lib/lab/weights/pair.pt (target and draft: float16 weights and bo
 specdec_lib/lab/weights/draft_deep.pt (a 2-layer draft of width 64, the same format; sd.lab.load_draft("draft_deep")),
 and specdec_lib/lab/weights/early_exit.pt: the target after a short early-exit fine-tune (LayerSkip's idea: the loss
 of every exit through the shared ln_f and head, beside the last layer's), sd.lab.load_target("target_ee"), and
-specdec_lib/lab/weights/medusa.pt: 4 Medusa heads trained on the frozen target, sd.lab.load_heads("medusa").
+specdec_lib/lab/weights/medusa.pt: 4 Medusa heads trained on the frozen target, sd.lab.load_heads("medusa"), and
+specdec_lib/lab/weights/eagle.pt: an EAGLE-style one-layer feature draft trained on the frozen target (SmoothL1 on the
+next feature + 0.1 x cross-entropy through the target's head, as EAGLE-1), sd.lab.load_heads("eagle").
 
-usage: python tools/train_models.py [--steps-scale X] [--models target,draft,draft_deep,target_ee,medusa]
+usage: python tools/train_models.py [--steps-scale X] [--models target,draft,draft_deep,target_ee,medusa,eagle]
        (X < 1 for a quick smoke run; writes nothing unless --out; --models draft_deep leaves pair.pt alone)
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from specdec_lib.lab import corpus, transformer, weights
+from specdec_lib.lab.eagle import EagleDraft, eagle_config
 from specdec_lib.lab.early_exit import exit_logits
 from specdec_lib.lab.medusa import MedusaHeads
 
@@ -39,11 +42,14 @@ PLAN = {  # name: (config, seed, steps, batch, lr)
     "target_ee": (transformer.TARGET_CONFIG, 4, 300, 16, 5e-4),  # fine-tuned from the target, not from scratch
 }
 MEDUSA = (4, 5, 600, 16, 3e-3)  # (heads, seed, steps, batch, lr): heads on the frozen target, not a CachedLM
-PLAN_HEADS = {"medusa": MEDUSA}
+EAGLE = (6, 1000, 16, 3e-3)  # (seed, steps, batch, lr): a one-layer feature draft on the frozen target
+PLAN_HEADS = {"medusa": MEDUSA, "eagle": EAGLE}  # nets trained on the frozen target
 FILES = {"pair": ("target", "draft"), "draft_deep": ("draft_deep",), "early_exit": ("target_ee",),
-         "medusa": ("medusa",)}  # stem: models
+         "medusa": ("medusa",), "eagle": ("eagle",)}  # stem: models
 EXIT_WEIGHT = 1.0  # the early exits' mean cross-entropy, weighed against the last layer's (which keeps weight 1)
 HEAD_DECAY = 0.8  # Medusa-1's loss weights the head that looks j tokens further ahead by 0.8 ** (j - 1)
+EAGLE_P_WEIGHT = 0.1  # EAGLE-1's p_w: the cross-entropy through the head, beside the features' SmoothL1 (v_w = 1)
+EAGLE_NOISE = 0.2  # EAGLE-1's data_noise: U(-1/2, 1/2) x 0.2 added to each input feature (its std at 512 tokens)
 ALL = tuple(PLAN) + tuple(PLAN_HEADS)  # what --models may name
 SEQ = 192  # training context = the models' max_len
 
@@ -178,6 +184,69 @@ def train_medusa(target: transformer.CachedLM, data: torch.Tensor, heldout: torc
     return heads
 
 
+def eagle_losses(net: EagleDraft, target: transformer.CachedLM, x: torch.Tensor, noise: float = 0.0,
+                 g: torch.Generator | None = None):
+    """(SmoothL1, cross-entropy, top-1 of the byte after next, top-1 agreement with the target) on windows x (B, SEQ):
+    row t reads (e_{t+1}, f_t) and predicts f_{t+1}, whose head gives the byte t + 2."""
+    with torch.no_grad():
+        f = target.features(x)  # (B, SEQ, C): the frozen target's features
+        e = target.tok_emb(x[:, 1:])  # (B, SEQ - 1, C): the next bytes' embeddings, frozen
+        p = torch.softmax(target.head(f[:, 1:]), -1)  # (B, SEQ - 1, V): the target's law of byte t + 2
+        f_in = f[:, :-1]
+        if noise:
+            f_in = f_in + (torch.rand(f_in.shape, generator=g) - 0.5) * noise
+    f_hat = net(f_in, e)  # (B, SEQ - 1, C)
+    z = F.linear(f_hat, target.head.weight.detach(), target.head.bias.detach())  # (B, SEQ - 1, V)
+    l1 = F.smooth_l1_loss(f_hat, f[:, 1:])
+    ce = F.cross_entropy(z.flatten(0, 1), p.flatten(0, 1))  # against the target's soft law, as EAGLE-1's ploss
+    guess = z.argmax(-1)  # (B, SEQ - 1)
+    acc = (guess[:, :-1] == x[:, 2:]).double().mean().item()  # the byte after next, as the data has it
+    agree = (guess == p.argmax(-1)).double().mean().item()  # what a greedy round accepts
+    return l1, ce, acc, agree
+
+
+def train_eagle(target: transformer.CachedLM, data: torch.Tensor, heldout: torch.Tensor,
+                steps_scale: float) -> EagleDraft:
+    """EAGLE's draft on the frozen target, by teacher forcing: SmoothL1(f-hat, f) + EAGLE_P_WEIGHT * CE(head)."""
+    seed, steps, batch, lr = EAGLE
+    steps = max(1, int(steps * steps_scale))
+    net = EagleDraft(eagle_config(target.config), seed=seed)
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    data_iter = batches(data, batch, SEQ, torch.Generator().manual_seed(SEED + 10 * seed))
+    g = torch.Generator().manual_seed(SEED + 10 * seed + 1)
+    val = next(batches(heldout, 16, SEQ, torch.Generator().manual_seed(SEED)))[0]
+    with torch.no_grad():
+        before = eagle_losses(net, target, val)
+    net.train()
+    t0 = time.perf_counter()
+    bar = tqdm(range(steps), desc="training the eagle draft on the frozen target", unit="step")
+    for step in bar:
+        l1, ce, _, _ = eagle_losses(net, target, next(data_iter)[0], EAGLE_NOISE, g)
+        loss = l1 + EAGLE_P_WEIGHT * ce
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % max(1, steps // 10) == 0 or step == steps - 1:
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            tqdm.write(f"eagle step {step:4d}/{steps}  smooth-L1 {l1.item():.4f}  CE {ce.item():.3f} nats/byte  "
+                       f"{time.perf_counter() - t0:6.1f}s")
+    net.eval()
+    with torch.no_grad():
+        after = eagle_losses(net, target, val)
+    (l1_b, ce_b, acc_b, agree_b), (l1_a, ce_a, acc_a, agree_a) = before, after
+    print(f"eagle: held-out top-1 of the byte after next {acc_b:.3f} -> {acc_a:.3f}, agreement with the target's "
+          f"argmax {agree_b:.3f} -> {agree_a:.3f}", flush=True)
+    print(f"eagle: held-out smooth-L1 {l1_b.item():.4f} -> {l1_a.item():.4f}, CE {ce_b.item():.3f} -> "
+          f"{ce_a.item():.3f} nats/byte, {transformer.n_params(net):,} parameters, {time.perf_counter() - t0:.0f}s",
+          flush=True)
+    return net
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps-scale", type=float, default=1.0, help="multiply every step count (smoke runs)")
@@ -208,6 +277,9 @@ def main(argv: list[str]) -> int:
     if "medusa" in names:  # on this run's target, else the committed one
         target = models["target"] if "target" in models else weights.load_target()
         models["medusa"] = train_medusa(target, data, heldout, args.steps_scale)
+    if "eagle" in names:  # on this run's target, else the committed one
+        target = models["target"] if "target" in models else weights.load_target()
+        models["eagle"] = train_eagle(target, data, heldout, args.steps_scale)
     print(f"trained {', '.join(models)} in {time.perf_counter() - t0:.0f}s")
     if out is not None:
         for stem in stems:

@@ -14,6 +14,7 @@ Act IV  grade_speedup, grade_best_k
 Lab     grade_fit_alpha, grade_predict_speedup
 Act V   grade_rrs_step, grade_best_widths; bending the rules: grade_is_exact, grade_best_setting
 Act VI  grade_block_h, grade_needs
+Self    grade_choose_exit, grade_tree_rule (drafts from the target itself, notebook 09)
 """
 from ._report import Grade
 from .audit import grade_name_bug
@@ -21,6 +22,7 @@ from .bending_the_rules import grade_best_setting, grade_is_exact
 from .block_decoder import grade_smallest_catching_m, grade_verify_block
 from .cost_model import grade_best_k, grade_speedup
 from .distribution import grade_acceptance_probability, grade_residual, grade_speculative_sample
+from .drafts_from_the_target import grade_choose_exit, grade_tree_rule
 from .field_guide import grade_find_bug
 from .many_drafts import grade_best_widths, grade_rrs_step
 from .measure_it import grade_fit_alpha, grade_predict_speedup
@@ -32,4 +34,5 @@ __all__ = ["Grade", "grade_residual", "grade_acceptance_probability", "grade_spe
            "grade_verify_block", "grade_smallest_catching_m", "grade_find_bug", "grade_expected_tokens",
            "grade_conditional_acceptance", "grade_speedup", "grade_best_k", "grade_fit_alpha", "grade_predict_speedup",
            "grade_rrs_step", "grade_best_widths", "grade_is_exact", "grade_best_setting",
-           "grade_block_h", "grade_needs", "grade_name_bug", "grade_penalised_rows"]
+           "grade_block_h", "grade_needs", "grade_name_bug", "grade_penalised_rows", "grade_choose_exit",
+           "grade_tree_rule"]

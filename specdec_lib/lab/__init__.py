@@ -17,6 +17,7 @@ early_exit   self-speculation: the target's first L layers and an exit head draf
 features     the target's last hidden state kept per cache slot (FeatureTarget), what heads and feature drafts read
 tree_decoding  a draft tree per round, walked node by node with Act V's multi-draft rules; the path kept in cache
 medusa       Medusa heads on the target's features: a chain or a tree of guesses, no second model
+eagle        an EAGLE-style draft: one layer over the target's features and the next token's embedding
 lookahead    lookahead decoding: the target's own Jacobi iterates and an n-gram pool, one pass, no draft at all
 tree_measure  a tree's cost terms against the clock: S = E[N] / (c_d + c_v(tree))
 hf_causal_lm  any Hugging Face causal LM as a lab model (its DynamicCache cropped on rejection); tiny random ones
@@ -28,6 +29,7 @@ from .alignment import AlignmentReport, alignment_report, alignment_tv, block_sc
 from .batch_cost import LinearCost
 from .corpus import corpus_prompts
 from .drafters import NeuralDraft, PromptLookupDraft, TableDraft
+from .eagle import EagleDraft, EagleDrafter, eagle
 from .early_exit import EarlyExitDraft, EarlyExitTarget, SharedCache, early_exit, exit_logits
 from .features import FeatureCache, FeatureTarget
 from .generation import exact_continuations, generate_plain, generate_speculative
@@ -38,6 +40,7 @@ from .medusa import MedusaDraft, MedusaHeads, medusa
 from .ngram import NGramTable, SparseNGramTable, build_ngram, build_sparse_ngram, corpus_table
 from .real_recording import RealRecording, RealRun, load_real_recording, real_recorded
 from .recording import Recording, load_recording, recorded
+from .self_recording import SelfRecording, load_self_recording, self_recorded
 from .transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
 from .tree_attention import (
     FlatTree,
@@ -64,5 +67,6 @@ __all__ = [
     "RealRecording", "RealRun", "load_real_recording", "real_recorded", "early_exit", "EarlyExitTarget",
     "EarlyExitDraft", "SharedCache", "exit_logits", "load_target", "FeatureCache", "FeatureTarget", "MedusaDraft",
     "MedusaHeads", "medusa", "load_heads", "TREE_RULES", "DraftTree", "generate_tree", "LookaheadDraft",
-    "TreeTable", "measure_trees", "time_tree_terms",
+    "TreeTable", "measure_trees", "time_tree_terms", "EagleDraft", "EagleDrafter", "eagle", "SelfRecording",
+    "load_self_recording", "self_recorded",
 ]

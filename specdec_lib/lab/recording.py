@@ -16,7 +16,7 @@ from ..cost import BestK
 from .batch_cost import BatchCost, LinearCost, fit_c_v
 from .speedup_table import SpeedupTable, VerifierRun
 
-__all__ = ["REFERENCE_PATH", "Recording", "load_recording", "recorded"]
+__all__ = ["REFERENCE_PATH", "Recording", "load_recording", "beside_runs", "recorded"]
 
 REFERENCE_PATH = pathlib.Path(str(resources.files("specdec_lib") / "data" / "measure_reference.json"))
 
@@ -68,13 +68,13 @@ def load_recording(path: str | pathlib.Path = REFERENCE_PATH) -> Recording:
     if not isinstance(data, dict) or set(data) != {"tables", "batch"} or not data["tables"]:
         raise ValueError(f"path must hold measure_speedup's JSON ({{'tables': [...], 'batch': {{...}}}}), got {path}")
     tables = [SpeedupTable(**{**t, "measured_range": [tuple(r) for r in t["measured_range"]],
-                              "T_1_range": tuple(t["T_1_range"]), "beside": _beside(t)}) for t in data["tables"]]
+                              "T_1_range": tuple(t["T_1_range"]), "beside": beside_runs(t)}) for t in data["tables"]]
     b = data["batch"]
     batch = BatchCost(**{**b, "fits": [tuple(f) for f in b["fits"]], "best": [BestK(**x) for x in b["best"]]})
     return Recording(tables=tables, batch=batch)
 
 
-def _beside(table: dict) -> tuple[VerifierRun, ...]:
+def beside_runs(table: dict) -> tuple[VerifierRun, ...]:
     """The other verifiers' runs of one table's JSON (none in a run recorded before they existed)."""
     return tuple(VerifierRun(**{**run, "measured_range": [tuple(r) for r in run["measured_range"]]})
                  for run in table.get("beside", ()))

@@ -2,7 +2,7 @@
 
 pair.pt holds the target and the 1-layer draft; draft_deep.pt a 2-layer draft of width 64 for the same target;
 early_exit.pt the target after a short early-exit fine-tune ("target_ee", for sd.lab.early_exit); medusa.pt
-Medusa heads trained on the frozen target (sd.lab.medusa).
+Medusa heads and eagle.pt an EAGLE-style feature draft (lab/eagle.py), both trained on the frozen target.
 Each file is a dict {name: float16 state dict, name + "_config": LMConfig fields}, loaded with weights_only.
 """
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import asdict
 import torch
 
 from .._checks import check_choice
+from .eagle import EagleDraft
 from .medusa import MedusaHeads
 from .transformer import CachedLM, LMConfig
 
@@ -26,7 +27,7 @@ WEIGHTS_FILE = "pair.pt"
 DEEP_DRAFT_CONFIG = LMConfig(vocab=256, d_model=64, n_head=2, n_layer=2, max_len=192)
 DRAFT_FILES = {"draft": WEIGHTS_FILE, "draft_deep": "draft_deep.pt"}  # draft name: the file that holds it
 TARGET_FILES = {"target": WEIGHTS_FILE, "target_ee": "early_exit.pt"}  # the target, and it early-exit fine-tuned
-HEADS_FILES = {"medusa": "medusa.pt"}  # heads trained on the frozen target: the file that holds them
+HEADS_FILES = {"medusa": "medusa.pt", "eagle": "eagle.pt"}  # nets trained on the frozen target: their files
 
 
 def _load(file: str, names: tuple[str, ...], device) -> list[CachedLM]:
@@ -63,19 +64,21 @@ def load_target(name: str = "target", device: str | torch.device = "cpu") -> Cac
     return target
 
 
-def load_heads(name: str = "medusa", device: str | torch.device = "cpu") -> MedusaHeads:
-    """Medusa heads trained on the frozen 'target' (load_target()), as float32 on device."""
+def load_heads(name: str = "medusa", device: str | torch.device = "cpu") -> MedusaHeads | EagleDraft:
+    """A net trained on the frozen 'target' (load_target()), as float32 on device: 'medusa' (MedusaHeads, for
+    sd.lab.medusa) or 'eagle' (an EagleDraft, for eagle() in lab/eagle.py)."""
     check_choice("name", name, tuple(HEADS_FILES))
     path = WEIGHTS_DIR / HEADS_FILES[name]
     if not path.exists():
-        raise FileNotFoundError(f"no trained heads at specdec_lib/lab/weights/{HEADS_FILES[name]}: run `make models`")
+        raise FileNotFoundError(f"no trained {name} at specdec_lib/lab/weights/{HEADS_FILES[name]}: run `make models`")
     state = torch.load(path, map_location="cpu", weights_only=True)
-    heads = MedusaHeads(load_target(), state[f"{name}_config"]["num_heads"])
-    heads.load_state_dict({k: v.float() for k, v in state[name].items()})
-    return heads.to(device).eval()
+    config = state[f"{name}_config"]
+    net = MedusaHeads(load_target(), config["num_heads"]) if "num_heads" in config else EagleDraft(LMConfig(**config))
+    net.load_state_dict({k: v.float() for k, v in state[name].items()})
+    return net.to(device).eval()
 
 
-def save_models(models: dict[str, CachedLM | MedusaHeads], path: pathlib.Path) -> None:
+def save_models(models: dict[str, CachedLM | MedusaHeads | EagleDraft], path: pathlib.Path) -> None:
     """Write the models' weights (as float16, to halve the file) and configs to path, keyed by name."""
     state = {}
     for name, model in models.items():

@@ -7,7 +7,8 @@ import importlib
 
 from .widgets import register_png_formatter
 
-__all__ = ["audit", "bending_the_rules", "block_decoder", "cost_model", "distribution", "field_guide",
+__all__ = ["audit", "bending_the_rules", "block_decoder", "cost_model", "distribution", "drafts_from_the_target",
+           "field_guide",
            "figure_files", "many_drafts_and_trees", "measure_it", "optimal_verification", "sampling_surface", "style",
            "real_pair", "token_accounting",
            "widgets",

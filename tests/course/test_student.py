@@ -15,7 +15,8 @@ import make_student  # noqa: E402
 
 EXERCISE_NOTEBOOKS = ["01_distribution", "02_block_decoder", "02b_field_guide", "02c_audit", "02d_sampling_surface",
                       "03_token_accounting", "04_cost_model", "05_measure_it", "06_many_drafts_and_trees",
-                      "07_bending_the_rules", "08_optimal_verification"]
+                      "07_bending_the_rules", "08_optimal_verification",
+                      "09_drafts_from_the_target"]
 
 
 def tags(cell):

@@ -46,7 +46,8 @@ def test_every_notebook_that_teaches_a_skill_has_checked_exercises():
     assert set(SOLUTIONS) == {"01_distribution.ipynb", "02_block_decoder.ipynb", "02b_field_guide.ipynb",
                               "02c_audit.ipynb", "02d_sampling_surface.ipynb", "03_token_accounting.ipynb",
                               "04_cost_model.ipynb", "05_measure_it.ipynb", "06_many_drafts_and_trees.ipynb",
-                              "07_bending_the_rules.ipynb", "08_optimal_verification.ipynb"}
+                              "07_bending_the_rules.ipynb", "08_optimal_verification.ipynb",
+                              "09_drafts_from_the_target.ipynb"}
     for name, (ns, checks) in SOLUTIONS.items():
         assert 1 <= len(checks) <= 4, name
         for checker, fn in checks:

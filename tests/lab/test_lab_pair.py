@@ -48,7 +48,7 @@ def test_load_pair_eval_and_cheaper_draft(pair):
 def test_weights_files_are_small_float16_and_load_weights_only():
     from specdec_lib.lab.weights import WEIGHTS_DIR
     files = sorted(WEIGHTS_DIR.glob("*.pt"))
-    assert [f.name for f in files] == ["draft_deep.pt", "early_exit.pt", "medusa.pt", "pair.pt"]
+    assert [f.name for f in files] == ["draft_deep.pt", "eagle.pt", "early_exit.pt", "medusa.pt", "pair.pt"]
     assert sum(f.stat().st_size for f in files) <= 10e6  # the budget for all weights together
     for f in files:
         state = torch.load(f, map_location="cpu", weights_only=True)
