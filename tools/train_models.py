@@ -63,6 +63,17 @@ def batches(data: torch.Tensor, batch: int, seq: int, g: torch.Generator):
         yield chunk[:, :-1], chunk[:, 1:]
 
 
+def logged(step: int, steps: int) -> bool:
+    """Whether a step gets a line in the log: every tenth of the run, and its last step."""
+    return step % max(1, steps // 10) == 0 or step == steps - 1
+
+
+def log_line(bar, loss: torch.Tensor, line: str, t0: float) -> None:
+    """The loss on the progress bar, and line with the seconds so far in the log beside it."""
+    bar.set_postfix(loss=f"{loss.item():.3f}")
+    tqdm.write(f"{line}  {time.perf_counter() - t0:6.1f}s")
+
+
 def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: float) -> transformer.CachedLM:
     config, seed, steps, batch, lr = PLAN[name]
     steps = max(1, int(steps * steps_scale))
@@ -83,10 +94,8 @@ def train(name: str, data: torch.Tensor, heldout: torch.Tensor, steps_scale: flo
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step % max(1, steps // 10) == 0 or step == steps - 1:  # a line in the log beside the bar
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-            tqdm.write(f"{name:>6} step {step:4d}/{steps}  loss {loss.item():.3f} nats/byte  "
-                       f"{time.perf_counter() - t0:6.1f}s")
+        if logged(step, steps):
+            log_line(bar, loss, f"{name:>6} step {step:4d}/{steps}  loss {loss.item():.3f} nats/byte", t0)
     model.eval()
     with torch.no_grad():
         x, y = next(batches(heldout, 16, SEQ, torch.Generator().manual_seed(SEED)))
@@ -124,10 +133,9 @@ def finetune_early_exit(target: transformer.CachedLM, data: torch.Tensor, heldou
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % max(1, steps // 10) == 0 or step == steps - 1:
-            bar.set_postfix(last=f"{ce[-1].item():.3f}")
-            tqdm.write(f"target_ee step {step:4d}/{steps}  exits " + " ".join(f"{c.item():.3f}" for c in ce)
-                       + f" nats/byte  {time.perf_counter() - t0:6.1f}s")
+        if logged(step, steps):
+            log_line(bar, loss, f"target_ee step {step:4d}/{steps}  exits " + " ".join(f"{c.item():.3f}" for c in ce)
+                     + " nats/byte", t0)
     model.eval()
     after = heldout_exits(model, heldout)
     for layer, (b, a) in enumerate(zip(before, after), 1):
@@ -170,10 +178,9 @@ def train_medusa(target: transformer.CachedLM, data: torch.Tensor, heldout: torc
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if step % max(1, steps // 10) == 0 or step == steps - 1:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-            tqdm.write(f"medusa step {step:4d}/{steps}  heads " + " ".join(f"{c.item():.3f}" for c in ce)
-                       + f" nats/byte  {time.perf_counter() - t0:6.1f}s")
+        if logged(step, steps):
+            log_line(bar, loss, f"medusa step {step:4d}/{steps}  heads " + " ".join(f"{c.item():.3f}" for c in ce)
+                     + " nats/byte", t0)
     heads.eval()
     with torch.no_grad():
         ce, after = head_losses(heads, target, *val)
@@ -231,10 +238,9 @@ def train_eagle(target: transformer.CachedLM, data: torch.Tensor, heldout: torch
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step % max(1, steps // 10) == 0 or step == steps - 1:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-            tqdm.write(f"eagle step {step:4d}/{steps}  smooth-L1 {l1.item():.4f}  CE {ce.item():.3f} nats/byte  "
-                       f"{time.perf_counter() - t0:6.1f}s")
+        if logged(step, steps):
+            log_line(bar, loss, f"eagle step {step:4d}/{steps}  smooth-L1 {l1.item():.4f}  CE {ce.item():.3f} "
+                     "nats/byte", t0)
     net.eval()
     with torch.no_grad():
         after = eagle_losses(net, target, val)

@@ -4,6 +4,7 @@ import pathlib
 
 import pytest
 import torch
+from lab_law import empirical
 
 import specdec_lib as sd
 from specdec_lib.lab.early_exit import EarlyExitTarget, SharedCache, early_exit
@@ -100,12 +101,8 @@ def _tiny():
 
 
 def _empirical(target, draft, verifier, n=N, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    base = V ** torch.arange(HORIZON - 1, -1, -1)  # (h,) first token most significant
-    decoding = Decoding(temperature=1.0, generator=g, verifier=verifier)
-    codes = [int((generate_speculative(target, draft, PROMPT, HORIZON, K, decoding=decoding) * base).sum())
-             for _ in range(n)]
-    return torch.bincount(torch.tensor(codes), minlength=V ** HORIZON).double() / n  # (V^h,)
+    return empirical(lambda g: generate_speculative(target, draft, PROMPT, HORIZON, K, decoding=Decoding(
+        temperature=1.0, generator=g, verifier=verifier)), vocab=V, horizon=HORIZON, n=n, seed=seed)
 
 
 @pytest.mark.stat

@@ -2,6 +2,7 @@
 target's, and under sampling a one-hot rule keeps the target's law while a ratio rule with an invented q does not."""
 import pytest
 import torch
+from lab_law import empirical
 
 import specdec_lib as sd
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain
@@ -138,11 +139,8 @@ class _InventedQ(_Primed):
 
 def _empirical(draft, rule, seed=1):
     model = TinyCausalLM(vocab=V, n_layer=2, seed=5)
-    decoding = Decoding(temperature=1.0, generator=torch.Generator().manual_seed(seed))
-    base = V ** torch.arange(HORIZON - 1, -1, -1)
-    codes = [int((generate_tree(model, draft, PROMPT, HORIZON, rule=rule, decoding=decoding) * base).sum())
-             for _ in range(N)]
-    got = torch.bincount(torch.tensor(codes), minlength=V ** HORIZON).double() / N
+    got = empirical(lambda g: generate_tree(model, draft, PROMPT, HORIZON, rule=rule, decoding=Decoding(
+        temperature=1.0, generator=g)), vocab=V, horizon=HORIZON, n=N, seed=seed)
     return got, exact_continuations(model, PROMPT, HORIZON, temperature=1.0)
 
 

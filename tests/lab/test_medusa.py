@@ -4,6 +4,7 @@ import pathlib
 
 import pytest
 import torch
+from lab_law import empirical
 
 import specdec_lib as sd
 from specdec_lib.lab.features import FeatureCache, FeatureTarget
@@ -117,11 +118,8 @@ def _pair():
 
 
 def _empirical(target, draft, widths, rule, seed=1):
-    decoding = Decoding(temperature=1.0, generator=torch.Generator().manual_seed(seed))
-    base = V ** torch.arange(HORIZON - 1, -1, -1)  # (h,) first token most significant
-    codes = [int((generate_tree(target, draft, PROMPT, HORIZON, widths, rule=rule, decoding=decoding) * base).sum())
-             for _ in range(N)]
-    return torch.bincount(torch.tensor(codes), minlength=V ** HORIZON).double() / N  # (V^h,)
+    return empirical(lambda g: generate_tree(target, draft, PROMPT, HORIZON, widths, rule=rule, decoding=Decoding(
+        temperature=1.0, generator=g)), vocab=V, horizon=HORIZON, n=N, seed=seed)
 
 
 @pytest.mark.stat
