@@ -3,7 +3,9 @@
 The lab's decoders ask a model for three things: `vocab` and `max_len`, `new_cache()` (a cache with `length` and
 `crop(n)`), and a call `model(ids (1, T), cache)` returning float logits (1, T, V) for the T new positions. HFCausalLM
 gives a transformers `AutoModelForCausalLM` exactly that: its cache is a DynamicCache, cropped on rejection
-(transformers 5.x crops by a negative count of tokens to remove). Nothing in the decoders knows which model it runs.
+(transformers 5.x crops by a negative count of tokens to remove), and after a tree pass it keeps the accepted path
+(`keep`, as KVCache.keep), so sd.lab.generate_tree runs on it too (lookahead, a tree of one-hot guesses). Nothing
+in the decoders knows which model it runs.
 transformers is imported lazily (tiny_hf_model), so the lab imports without it.
 """
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 import torch
 
 from .._checks import check_choice, check_int
+from .transformer import check_kept_slots
 
-__all__ = ["ARCHES", "MATMUL_PATHS", "HFCache", "HFCausalLM", "set_matmul", "tiny_hf_model"]
+__all__ = ["ARCHES", "MATMUL_PATHS", "HFCache", "HFCausalLM", "set_matmul", "early_exit_lm", "tiny_hf_model"]
 
 ARCHES = ("qwen2", "llama")  # the architectures tiny_hf_model builds (the real pair is Qwen2)
 MATMUL_PATHS = ("default", "onednn")  # set_matmul: torch's default CPU kernels, or oneDNN linear layers (fp32)
@@ -37,6 +40,16 @@ class HFCache:
             raise ValueError(f"n must lie in [0, {length}] (the cached length), got {n}")
         if n < length:
             self.kv.crop(n - length)  # transformers 5.x: a negative count of tokens to remove
+
+    def keep(self, start: int, slots: torch.Tensor) -> None:
+        """KVCache.keep on a DynamicCache: the first start positions, then slots (ascending) moved down after them,
+        by new tensors (a remembered prefill's keys and values are never written in place)."""
+        check_kept_slots(slots, start=start, length=self.length)
+        slots = slots.to(self.kv.layers[0].keys.device)
+        for layer in self.kv.layers:
+            if layer.is_initialized:
+                layer.keys = torch.cat([layer.keys[..., :start, :], layer.keys[..., slots, :]], dim=-2)
+                layer.values = torch.cat([layer.values[..., :start, :], layer.values[..., slots, :]], dim=-2)
 
 
 class HFCausalLM:
@@ -124,6 +137,34 @@ def set_matmul(lm: HFCausalLM, path: str) -> HFCausalLM:
 
     swap(lm.model)
     return lm
+
+
+def early_exit_lm(lm: HFCausalLM, exit_layer: int) -> HFCausalLM:
+    """lm's first exit_layer decoder layers, then its final norm and head, sharing lm's weights (no copy): an early
+    exit of a transformers model, to draft for lm as a NeuralDraft.
+
+    Unlike sd.lab.early_exit on the lab's own model it keeps a cache of its own (exit_layer layers), so verification
+    recomputes the lower layers the draft ran: the draft's cost and acceptance are the exit's, the shared cache's
+    saving is not measured. It works wherever the model's decoder loops over `layers[:config.num_hidden_layers]`
+    (Qwen2 and Llama in transformers 5).
+    """
+    import copy
+
+    if not isinstance(lm, HFCausalLM):
+        raise TypeError(f"lm must be an HFCausalLM, got {type(lm).__name__}")
+    layers = lm.config.num_hidden_layers
+    exit_layer = check_int("exit_layer", exit_layer, minimum=1)
+    if exit_layer >= layers:
+        raise ValueError(f"exit_layer must be below the model's {layers} layers (1 .. {layers - 1}), got {exit_layer}")
+    config = copy.deepcopy(lm.config)
+    config.num_hidden_layers = exit_layer
+    if getattr(config, "layer_types", None):
+        config.layer_types = list(config.layer_types[:exit_layer])
+    outer, inner = copy.copy(lm.model), copy.copy(lm.model.model)  # new objects, the same submodules and weights
+    outer._modules, inner._modules = dict(outer._modules), dict(inner._modules)  # so the swaps below stay ours
+    inner.config = config
+    outer.model, outer.config = inner, config
+    return HFCausalLM(outer, name=f"{lm.name}@exit{exit_layer}")
 
 
 def tiny_hf_model(arch: str = "qwen2", *, vocab: int = 64, seed: int = 0, dtype=torch.float32) -> HFCausalLM:
