@@ -33,15 +33,17 @@ LOOKAHEAD = (4, 3, 4)  # (window W, n-gram size N, guesses G)
 
 
 def load(tiny: bool):
-    """(target, {task: prompt}, manifests) of the real target, or of a tiny random Qwen2 model."""
+    """(target, its parameter count, {task: prompt}, manifests): the real target, or a tiny random Qwen2 model."""
     if tiny:
         target = tiny_hf_model("qwen2", vocab=64, seed=0)
-        return target, {t: tiny_task_prompt(t, 64, seed=i) for i, t in enumerate(TASKS)}, []
+        return target, target.n_params(), {t: tiny_task_prompt(t, 64, seed=i) for i, t in enumerate(TASKS)}, []
     from specdec_lib.lab.real_pair import load_real_pair
 
     pair = load_real_pair(small=False)
+    n = pair.target.n_params()  # before oneDNN repacks the linear layers (no longer nn.Parameters)
     target = set_matmul(pair.target, "onednn")
-    return target, {t: task_prompt(t, pair.tokenizer) for t in TASKS}, [dict(pair.manifests["target"], role="target")]
+    prompts = {t: task_prompt(t, pair.tokenizer) for t in TASKS}
+    return target, n, prompts, [dict(pair.manifests["target"], role="target")]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,12 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    target, prompts, manifests = load(args.tiny)
+    target, n_params, prompts, manifests = load(args.tiny)
     target.remember_prefills(True)
     layers = target.config.num_hidden_layers
     exits = (1,) if args.tiny else EXITS
     greedy, rows = Decoding(), []
-    print(f"{target.name}: {target.n_params():,} parameters, {layers} layers; {platform.processor() or 'cpu'}, "
+    print(f"{target.name}: {n_params:,} parameters, {layers} layers; {platform.processor() or 'cpu'}, "
           f"1 thread; tasks {', '.join(TASKS)}, {args.n_new} new tokens, greedy", flush=True)
     for task, prompt in prompts.items():
         plain = decode_plain(target, prompt, args.n_new, decoding=greedy)
