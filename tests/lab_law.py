@@ -13,3 +13,27 @@ def empirical(decode, *, vocab: int, horizon: int, n: int, seed: int = 0) -> tor
     base = vocab ** torch.arange(horizon - 1, -1, -1)  # (h,)
     codes = torch.tensor([int((decode(g) * base).sum()) for _ in range(n)])
     return torch.bincount(codes, minlength=vocab ** horizon).double() / n  # (V^h,)
+
+
+def primed_lookahead():
+    """A LookaheadDraft class that starts with every level filled and G seeded guesses under every token.
+
+    A decode of 3 tokens ends before lookahead's pool fills by itself; any pool that is a function of the past keeps
+    a one-hot rule exact, so the law test may start from this one (an explicit generator, no global seeding).
+    """
+    from specdec_lib.lab.lookahead import LookaheadDraft
+
+    class Primed(LookaheadDraft):
+        def start(self, prompt, cache=None):
+            state = super().start(prompt, cache)
+            g = torch.Generator().manual_seed(7)
+            for key in range(self.vocab):
+                for _ in range(self.G):
+                    gram = tuple(torch.randint(0, self.vocab, (self.N - 1,), generator=g).tolist())
+                    self._remember(state.pool, key, gram)
+            state.levels = [state.levels[0][:self.W - 1]] + [
+                torch.randint(0, self.vocab, (self.W,), generator=g).tolist() for _ in range(self.N - 2)]
+            state.filled = self.N - 2
+            return state
+
+    return Primed

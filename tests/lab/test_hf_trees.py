@@ -2,7 +2,7 @@
 writes it, lookahead's greedy output equal to plain decoding, and its law under a one-hot rule the target's."""
 import pytest
 import torch
-from lab_law import empirical
+from lab_law import empirical, primed_lookahead
 
 import specdec_lib as sd
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain
@@ -51,20 +51,7 @@ def test_lookahead_on_a_transformers_model_equals_plain_greedy(arch):
         assert torch.equal(out, plain), (arch, W, N, G)
 
 
-class _Primed(LookaheadDraft):
-    """Every level filled and G seeded guesses under every token from the start (as tests/lab/test_lookahead.py)."""
-
-    def start(self, prompt, cache=None):
-        state = super().start(prompt, cache)
-        g = torch.Generator().manual_seed(7)
-        for key in range(self.vocab):
-            for _ in range(self.G):
-                gram = tuple(torch.randint(0, self.vocab, (self.N - 1,), generator=g).tolist())
-                self._remember(state.pool, key, gram)
-        state.levels = [state.levels[0][:self.W - 1]] + [torch.randint(0, self.vocab, (self.W,), generator=g).tolist()
-                                                         for _ in range(self.N - 2)]
-        state.filled = self.N - 2
-        return state
+_Primed = primed_lookahead()  # full levels and seeded guesses from the start (tests/lab_law.py)
 
 
 @pytest.mark.stat

@@ -2,7 +2,7 @@
 target's, and under sampling a one-hot rule keeps the target's law while a ratio rule with an invented q does not."""
 import pytest
 import torch
-from lab_law import empirical
+from lab_law import empirical, primed_lookahead
 
 import specdec_lib as sd
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain
@@ -114,20 +114,7 @@ V, HORIZON, N = 4, 3, 2000
 PROMPT = torch.tensor([1, 2, 3, 1])
 
 
-class _Primed(LookaheadDraft):
-    """Starts with every level filled and G seeded guesses under every token (explicit generator)."""
-
-    def start(self, prompt, cache=None):
-        state = super().start(prompt, cache)
-        g = torch.Generator().manual_seed(7)
-        for key in range(self.vocab):
-            for _ in range(self.G):
-                gram = tuple(torch.randint(0, self.vocab, (self.N - 1,), generator=g).tolist())
-                self._remember(state.pool, key, gram)
-        state.levels = [state.levels[0][:self.W - 1]] + [torch.randint(0, self.vocab, (self.W,), generator=g).tolist()
-                                                         for _ in range(self.N - 2)]
-        state.filled = self.N - 2
-        return state
+_Primed = primed_lookahead()  # full levels and seeded guesses from the start (tests/lab_law.py)
 
 
 class _InventedQ(_Primed):
