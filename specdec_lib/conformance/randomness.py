@@ -16,6 +16,7 @@ order the library draws: the tests (n, k), then the final draw (n, 1); any other
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -163,8 +164,23 @@ def _rounds(fn):
     return 0.5 * sum(abs(joint.get(s, 0.0) - prod.get(s, 0.0)) for s in set(joint) | set(prod))
 
 
-def _same(fn, build, seeds) -> tuple[int, int]:
-    """Worlds (seeds x every proposal row, HashSource coins) whose commit changes when build() alters the call."""
+@contextlib.contextmanager
+def _zeroed_fresh_buffers():
+    """torch.empty, torch.empty_like and Tensor.new_empty return zeros inside: a reference run that sees no garbage
+    (not even the NaN a poisoned run left behind in memory the allocator hands out again)."""
+    empty, empty_like, new_empty = torch.empty, torch.empty_like, torch.Tensor.new_empty
+    torch.empty = lambda *a, **kw: empty(*a, **kw).zero_()
+    torch.empty_like = lambda *a, **kw: empty_like(*a, **kw).zero_()
+    torch.Tensor.new_empty = lambda self, *a, **kw: new_empty(self, *a, **kw).zero_()
+    try:
+        yield
+    finally:
+        torch.empty, torch.empty_like, torch.Tensor.new_empty = empty, empty_like, new_empty
+
+
+def _same(fn, build, seeds, *, zero_fresh: bool = False) -> tuple[int, int]:
+    """Worlds (seeds x every proposal row, HashSource coins) whose commit changes when build() alters the call; with
+    zero_fresh the unaltered call runs with zeroed fresh buffers, so reading one shows whatever build() fills in."""
     bad = total = 0
     for case in rand_cases():
         ys, _ = proposal_rows(case)
@@ -173,7 +189,8 @@ def _same(fn, build, seeds) -> tuple[int, int]:
         seed = torch.arange(n) // (n // seeds) + 100
         p, q = case.p.expand(n, *case.p.shape).clone(), case.q.expand(n, *case.q.shape).clone()
         keys = Keys(seed, torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long))
-        a, t = run_keyed(fn, p, q, ys, HashSource(), keys)
+        with _zeroed_fresh_buffers() if zero_fresh else contextlib.nullcontext():
+            a, t = run_keyed(fn, p, q, ys, HashSource(), keys)
         a2, t2 = build(fn, p, q, ys, keys, a)
         bad += sum(x != y for x, y in zip(committed(a, t), committed(a2, t2)))
         total += n
@@ -238,7 +255,7 @@ def _rounds_probe(fn, method, grid, seeds):
 def _invariance_probe(name, feeds):
     def run(fn, method, grid, seeds):
         build = _companions if name == "batch" else (lambda *a: _poisoned(*a, method=method))
-        bad, total = _same(fn, build, seeds)
+        bad, total = _same(fn, build, seeds, zero_fresh=name == "poison")
         return ProbeResult(name, feeds, bad == 0, bad, f"{bad} of {total} commits changed", _SINGLE[name])
     return run
 

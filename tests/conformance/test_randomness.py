@@ -52,6 +52,25 @@ def test_each_broken_reference_fails_its_probe_and_is_named(name):
     assert f"FAILED: {probe}" in text and "catches:" in text and report.probes[0].catches in text
 
 
+def test_the_poison_probe_compares_against_zeroed_fresh_buffers(monkeypatch):
+    """Memory a poisoned run filled with NaN can be handed out again to the next reference run (it flaked once under
+    the generic kernels): a reference that read that NaN would agree with the poisoned run and hide a scratch read.
+    Simulated here: with every torch.empty_like full of NaN, the plain reference sees no change, the zeroed one does."""
+    from specdec_lib.conformance import randomness as rnd
+
+    fn, convention, method = broken_verifier("empty_scratch")
+    assert convention == "uniforms"
+    fn = keyed_by_step(fn)  # as check_randomness hands it to the probes
+    real = torch.empty_like
+    monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: real(*a, **kw).fill_(float("nan")))
+
+    def poisoned(*args):
+        return rnd._poisoned(*args, method=method)
+
+    assert rnd._same(fn, poisoned, 8, zero_fresh=False)[0] == 0  # negative control: the read is hidden
+    assert rnd._same(fn, poisoned, 8, zero_fresh=True)[0] > 0
+
+
 def test_controls_that_only_their_probe_catches():
     # float32 coins pass everything but the top edge; a reused coin everything but the grid law
     for name in ("float32_coins", "reused_coin", "position_keyed_block"):
