@@ -1,4 +1,4 @@
-"""The lab's law test: seeded decodes of a tiny model's continuations, counted against their exact law."""
+"""What the lab's draft suites share: seeded decodes counted against the exact law, a primed lookahead, the clock."""
 from __future__ import annotations
 
 import torch
@@ -37,3 +37,16 @@ def primed_lookahead():
             return state
 
     return Primed
+
+
+def assert_measured_like_any_draft(target, draft, name: str, vocab: int) -> None:
+    """time_terms and measure_speedup run on (target, draft) and leave the caches where a round starts: positive
+    terms, E[N] within [1, k + 1] at k = 1 and 3, the table named after the draft."""
+    import specdec_lib as sd
+    from specdec_lib.lab.measure import MeasurePlan
+
+    T_1, D, V = sd.lab.time_terms(target, draft, torch.tensor([1, 2, 3, 4, 5]), [1, 3], reps=2)
+    assert T_1 > 0 and min(D + V) > 0
+    prompts = [torch.randint(0, vocab, (6,), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    t = sd.lab.measure_speedup(target, draft, prompts, [1, 3], plan=MeasurePlan(n_new=8, repeats=1, reps=1))
+    assert t.draft == name and all(1.0 <= e <= k + 1 for e, k in zip(t.e_n, t.ks))

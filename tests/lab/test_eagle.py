@@ -5,13 +5,12 @@ import pathlib
 
 import pytest
 import torch
-from lab_law import empirical
+from lab_law import assert_measured_like_any_draft, empirical
 
 import specdec_lib as sd
 from specdec_lib.lab.drafters import start_states
 from specdec_lib.lab.eagle import EagleDraft, EagleDrafter, eagle, eagle_config
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain, generate_speculative, verify_round
-from specdec_lib.lab.measure import MeasurePlan
 from specdec_lib.lab.steps import GREEDY
 from specdec_lib.lab.transformer import LMConfig, TinyCausalLM
 
@@ -193,12 +192,7 @@ def test_the_trained_draft_retires_more_tokens_per_round_than_an_untrained_one(t
 def test_time_terms_and_measure_speedup_take_the_eagle_draft():
     """The clock's phases run on the shared cache and leave both caches where a round starts."""
     model = TinyCausalLM(vocab=8, n_layer=2, seed=1)
-    target, draft = eagle(model, _random_draft(model))
-    T_1, D, Vk = sd.lab.time_terms(target, draft, torch.tensor([1, 2, 3, 4, 5]), [1, 3], reps=2)
-    assert T_1 > 0 and min(D + Vk) > 0
-    prompts = [torch.randint(0, 8, (6,), generator=torch.Generator().manual_seed(s)) for s in range(2)]
-    t = sd.lab.measure_speedup(target, draft, prompts, [1, 3], plan=MeasurePlan(n_new=8, repeats=1, reps=1))
-    assert t.draft == "eagle" and all(1.0 <= e <= k + 1 for e, k in zip(t.e_n, t.ks))
+    assert_measured_like_any_draft(*eagle(model, _random_draft(model)), "eagle", 8)
 
 
 # --- bad input --------------------------------------------------------------------------------------------------

@@ -4,12 +4,11 @@ import pathlib
 
 import pytest
 import torch
-from lab_law import empirical
+from lab_law import assert_measured_like_any_draft, empirical
 
 import specdec_lib as sd
 from specdec_lib.lab.early_exit import EarlyExitTarget, SharedCache, early_exit
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain, generate_speculative
-from specdec_lib.lab.measure import MeasurePlan
 from specdec_lib.lab.transformer import TinyCausalLM
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -138,14 +137,7 @@ def test_reading_the_kept_states_one_slot_late_fails_the_same_test():
 # --- measured like every other draft ---------------------------------------------------------------------------
 def test_time_terms_and_measure_speedup_take_an_early_exit():
     """The clock's phases run on the shared cache and leave it where a round starts; greedy pairs stay exact."""
-    model = TinyCausalLM(vocab=8, n_layer=3, seed=1)
-    target, draft = early_exit(model, 1)
-    context = torch.tensor([1, 2, 3, 4, 5])
-    T_1, D, V = sd.lab.time_terms(target, draft, context, [1, 3], reps=2)
-    assert T_1 > 0 and min(D + V) > 0
-    prompts = [_prompt(6, 8, seed=s) for s in range(2)]
-    t = sd.lab.measure_speedup(target, draft, prompts, [1, 3], plan=MeasurePlan(n_new=8, repeats=1, reps=1))
-    assert t.draft == "exit@1" and all(1.0 <= e <= k + 1 for e, k in zip(t.e_n, t.ks))
+    assert_measured_like_any_draft(*early_exit(TinyCausalLM(vocab=8, n_layer=3, seed=1), 1), "exit@1", 8)
 
 
 @pytest.mark.heavy

@@ -4,12 +4,11 @@ import pathlib
 
 import pytest
 import torch
-from lab_law import empirical
+from lab_law import assert_measured_like_any_draft, empirical
 
 import specdec_lib as sd
 from specdec_lib.lab.features import FeatureCache, FeatureTarget
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain, generate_speculative
-from specdec_lib.lab.measure import MeasurePlan
 from specdec_lib.lab.medusa import MedusaHeads, medusa
 from specdec_lib.lab.steps import GREEDY, prefill
 from specdec_lib.lab.transformer import KVCache, TinyCausalLM
@@ -193,12 +192,7 @@ def test_after_a_tree_round_the_cache_holds_the_accepted_path_as_a_chain_pass_wo
 # --- measured like every other draft -------------------------------------------------------------------------------
 def test_time_terms_and_measure_speedup_take_medusa_heads():
     model = TinyCausalLM(vocab=8, n_layer=2, seed=1)
-    target, draft = medusa(model, _noisy_heads(model, 3, scale=0.2))
-    T_1, D, Vk = sd.lab.time_terms(target, draft, torch.tensor([1, 2, 3, 4, 5]), [1, 3], reps=2)
-    assert T_1 > 0 and min(D + Vk) > 0
-    prompts = [torch.randint(0, 8, (6,), generator=torch.Generator().manual_seed(s)) for s in range(2)]
-    t = sd.lab.measure_speedup(target, draft, prompts, [1, 3], plan=MeasurePlan(n_new=8, repeats=1, reps=1))
-    assert t.draft == "medusa" and all(1.0 <= e <= k + 1 for e, k in zip(t.e_n, t.ks))
+    assert_measured_like_any_draft(*medusa(model, _noisy_heads(model, 3, scale=0.2)), "medusa", 8)
 
 
 # --- bad input ---------------------------------------------------------------------------------------------------
