@@ -3,7 +3,8 @@
 pair.pt holds the target and the 1-layer draft; draft_deep.pt a 2-layer draft of width 64 for the same target;
 early_exit.pt the target after a short early-exit fine-tune ("target_ee", for sd.lab.early_exit); medusa.pt
 Medusa heads and eagle.pt an EAGLE-style feature draft (lab/eagle.py), both trained on the frozen target.
-Each file is a dict {name: float16 state dict, name + "_config": LMConfig fields}, loaded with weights_only.
+Each file is a dict {name: float16 state dict, name + "_config": LMConfig fields ({"num_heads": K} for Medusa's
+heads)}, loaded with weights_only.
 """
 from __future__ import annotations
 
