@@ -21,6 +21,8 @@
 #   make real-pair   fetch or locate the real pair (Qwen2.5-Coder-1.5B/-0.5B-Instruct), verify, convert once into
 #                    ~/.cache/specdec (SPECDEC_CACHE; REAL_PAIR_ARGS="--help"; --small: the 0.5B alone, for 8 GB laptops)
 #   make measure-real  the real pair through the lab's loop against the clock and transformers (~70 min here; MEASURE_REAL_ARGS)
+#   make measure-real-self  early exit and lookahead on the real target (~REALSELF_MIN min); rewrites
+#                    specdec_lib/data/real_self_reference.json, which notebook 09 reads (MEASURE_REAL_SELF_ARGS)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
@@ -50,7 +52,7 @@ PORTABLE_JOBS ?= 2
 PORTABLE_SKIP ?=
 PORTABLE_ARGS = --jobs $(PORTABLE_JOBS)$(if $(strip $(PORTABLE_SKIP)), $(addprefix --skip ,$(PORTABLE_SKIP)))
 
-.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real lock clean distclean help
+.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -190,6 +192,9 @@ real-pair: $(STAMP)
 
 measure-real: $(STAMP)
 	$(VPY) benchmarks/measure_real.py $(MEASURE_REAL_ARGS)
+
+measure-real-self: $(STAMP)
+	$(VPY) benchmarks/measure_real_self.py --json specdec_lib/data/real_self_reference.json $(MEASURE_REAL_SELF_ARGS)
 
 # Freeze the current .venv into requirements.lock, then environment.yml from the lock.
 lock:

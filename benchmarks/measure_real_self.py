@@ -1,16 +1,18 @@
 """Drafts from the target itself on the real pretrained target: early exit (no fine-tune) and lookahead, timed.
 
 Qwen2.5-Coder-1.5B-Instruct (`make real-pair`), float32 on oneDNN linear layers, greedy, one thread, on the code and
-edit tasks of `make measure-real`. Early exit after L of the target's 28 layers (sd.lab early_exit_lm: the first L
-layers, the final norm and the head, with a cache of its own) drafts k = 4 as a NeuralDraft: measure_run gives c_d,
-c_v, E[N], the predicted and the measured speedup and greedy equality with plain decoding. Lookahead at (W, N, G) =
-(4, 3, 4) goes through measure_trees. Prints each run and, with --json, writes them with the model's manifest (every
-file's size, sha256, source and licence). --tiny runs the same code on a tiny random Qwen2 model (no download).
+edit tasks of `make measure-real`. Early exit after L of the target's 28 layers drafts two ways: with one cache
+shared with the target (sd.lab.early_exit: verification runs the lower layers on the last proposal only), and as
+a separate NeuralDraft with a cache of its own (early_exit_lm: verification runs every layer on every position);
+measure_run gives c_d, c_v, E[N], alpha, the predicted and the measured speedup and greedy equality with plain
+decoding. Lookahead at (W, N, G) = (4, 3, 4) goes through measure_trees, and one more greedy decode is compared
+with plain. --json writes the run as sd.lab.load_real_self_recording reads it (with the model's manifest: every
+file's size, sha256, source and licence); `make measure-real-self` writes the committed one. --tiny runs the same
+code on a tiny random Qwen2 model (no download).
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import pathlib
 import platform
@@ -24,11 +26,12 @@ from specdec_lib.lab.generation import Decoding
 from specdec_lib.lab.hf_causal_lm import early_exit_lm, set_matmul, tiny_hf_model
 from specdec_lib.lab.measure import MeasurePlan
 from specdec_lib.lab.real_measure import decode_plain, measure_run
+from specdec_lib.lab.real_self_recording import SCHEMA
 from specdec_lib.lab.real_tasks import task_prompt, tiny_task_prompt
 
 TASKS = ("code", "edit")
 EXITS = (7, 14)  # of 28 layers
-K = 4
+DRAFTS = (("own", 4), ("shared", 1), ("shared", 4))  # (cache, k) of each exit
 LOOKAHEAD = (4, 3, 4)  # (window W, n-gram size N, guesses G)
 
 
@@ -46,6 +49,15 @@ def load(tiny: bool):
     return target, n, prompts, [dict(pair.manifests["target"], role="target")]
 
 
+def exit_pair(target, L: int, cache: str):
+    """(target, drafter) of an exit after layer L: one shared cache, or the exit as a separate draft."""
+    if cache == "shared":
+        return sd.lab.early_exit(target, L)
+    drafter = sd.lab.NeuralDraft(early_exit_lm(target, L), name=f"exit{L}")
+    drafter.model.remember_prefills(True)
+    return target, drafter
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="a tiny random Qwen2 model: the code path in seconds")
@@ -59,33 +71,41 @@ def main(argv: list[str] | None = None) -> int:
     target.remember_prefills(True)
     layers = target.config.num_hidden_layers
     exits = (1,) if args.tiny else EXITS
-    greedy, rows = Decoding(), []
-    print(f"{target.name}: {n_params:,} parameters, {layers} layers; {platform.processor() or 'cpu'}, "
+    greedy, exit_rows, lookahead_rows = Decoding(), [], []
+    print(f"{target.name}: {n_params:,} parameters, {layers} layers; {platform.processor() or platform.machine()}, "
           f"1 thread; tasks {', '.join(TASKS)}, {args.n_new} new tokens, greedy", flush=True)
     for task, prompt in prompts.items():
         plain = decode_plain(target, prompt, args.n_new, decoding=greedy)
         for L in exits:
-            drafter = sd.lab.NeuralDraft(early_exit_lm(target, L), name=f"exit{L}")
-            drafter.model.remember_prefills(True)
-            r = measure_run(target, drafter, prompt, K, plain=plain, decoding=greedy, reps=args.reps)
-            row = {"task": task, "draft": f"exit after layer {L} of {layers}", "k": K, **r.fields()}
-            rows.append(row)
-            print(f"{task:<5} exit {L:>2}/{layers}  k {K}  c_d {r.c_d:.3f}  c_v {r.c_v:.3f}  E[N] {r.e_n:.2f}  "
-                  f"pred {r.predicted:.2f}  meas {r.measured:.2f}  equal to plain: {r.equal_to_plain}", flush=True)
+            for cache, k in DRAFTS:
+                r = measure_run(*exit_pair(target, L, cache), prompt, k, plain=plain, decoding=greedy, reps=args.reps)
+                exit_rows.append({"task": task, "exit_layer": L, "layers": layers, "cache": cache, "k": k,
+                                  **r.fields()})
+                print(f"{task:<5} exit {L:>2}/{layers} {cache:<6} k {k}  c_d {r.c_d:.3f}  c_v {r.c_v:.3f}  "
+                      f"E[N] {r.e_n:.2f}  pred {r.predicted:.2f}  meas {r.measured:.2f}  "
+                      f"equal to plain: {r.equal_to_plain}", flush=True)
         W, N, G = LOOKAHEAD
         drafter = sd.lab.LookaheadDraft(target.vocab, window=W, ngram=N, guesses=G)
         t = sd.lab.measure_trees(target, drafter, [prompt], [None], rule="onehot_sequential",
                                  plan=MeasurePlan(n_new=args.n_new, repeats=1, reps=max(1, args.reps - 1)))
-        rows.append({**dataclasses.asdict(t), "task": task, "draft": f"lookahead W{W} N{N} G{G}"})
+        out = sd.lab.generate_tree(target, drafter, prompt, args.n_new, rule="onehot_sequential", decoding=greedy)
+        equal = bool(torch.equal(out, plain.tokens))
+        lookahead_rows.append({"task": task, "window": W, "ngram": N, "guesses": G, "nodes": t.nodes[0],
+                               "T_1": t.T_1, "c_d": t.c_d[0], "c_v": t.c_v[0], "e_n": t.e_n[0],
+                               "predicted": t.predicted[0], "measured": t.measured[0], "equal_to_plain": equal})
         print(f"{task:<5} lookahead W{W} N{N} G{G}  up to {t.nodes[0]} nodes  c_d {t.c_d[0]:.3f}  c_v {t.c_v[0]:.3f}  "
-              f"E[N] {t.e_n[0]:.2f}  pred {t.predicted[0]:.2f}  meas {t.measured[0]:.2f}", flush=True)
+              f"E[N] {t.e_n[0]:.2f}  pred {t.predicted[0]:.2f}  meas {t.measured[0]:.2f}  equal to plain: {equal}",
+              flush=True)
     seconds = round(time.perf_counter() - t0, 1)
     print(f"took {seconds:.0f}s")
     if args.json is not None:
-        args.json.write_text(json.dumps({"machine": {"processor": platform.processor(), "threads": 1,
-                                                     "torch": torch.__version__, "seconds": seconds,
-                                                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
-                                         "models": manifests, "runs": rows}, indent=1, default=str))
+        machine = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                   "threads": 1, "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+                   "matmul": "onednn", "seconds": seconds, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        args.json.write_text(json.dumps({
+            "schema": SCHEMA, "machine": machine, "models": manifests,
+            "prompts": {t: int(p.numel()) for t, p in prompts.items()}, "n_new": args.n_new,
+            "exits": exit_rows, "lookahead": lookahead_rows, "tiny": args.tiny}, indent=1) + "\n")
     return 0
 
 

@@ -50,3 +50,28 @@ def assert_measured_like_any_draft(target, draft, name: str, vocab: int) -> None
     prompts = [torch.randint(0, vocab, (6,), generator=torch.Generator().manual_seed(s)) for s in range(2)]
     t = sd.lab.measure_speedup(target, draft, prompts, [1, 3], plan=MeasurePlan(n_new=8, repeats=1, reps=1))
     assert t.draft == name and all(1.0 <= e <= k + 1 for e, k in zip(t.e_n, t.ks))
+
+def early_exit_bugs():
+    """(NoTokenCheck, OneSlotLate): EarlyExitTarget subclasses with a shared-cache bug each, the negative controls of
+    the early-exit suites (the lab's model and a transformers one).
+
+    NoTokenCheck reuses every kept slot whatever token it holds (a block the draft did not propose reads the wrong
+    states); OneSlotLate reads each kept layer-L input one slot late (slot s gets s + 1's), Act II's off-by-one.
+    """
+    from specdec_lib.lab.early_exit import EarlyExitTarget
+
+    class NoTokenCheck(EarlyExitTarget):
+        def __call__(self, idx, cache=None):
+            if cache is not None:
+                m = max(0, min(cache.low - cache.length, idx.shape[1]))
+                cache.tokens[cache.length:cache.length + m] = idx[0, :m]
+            return super().__call__(idx, cache)
+
+    class OneSlotLate(EarlyExitTarget):
+        def __call__(self, idx, cache=None):
+            if cache is not None and cache.low - cache.length >= 2:
+                start, low = cache.length, cache.low
+                cache.hidden[start:low - 1] = cache.hidden[start + 1:low].clone()
+            return super().__call__(idx, cache)
+
+    return NoTokenCheck, OneSlotLate

@@ -11,9 +11,10 @@ accept       the lab's fast acceptance test: the token rule or block verificatio
 measure      the cost terms, timed, and the predicted speedup against the measured one
 recording    the recorded `make measure` run (specdec_lib/data/measure_reference.json), read in one place
 real_recording  the recorded `make measure-real` run on a pretrained pair (data/real_pair_reference.json)
+real_self_recording  drafts from the real target itself, recorded (data/real_self_reference.json)
 batch_cost   one target pass over B x (k + 1) positions: c_v(k; B) and the best k per batch size
 tree_attention  Act V: a draft tree scored in one target pass (ancestor mask, per-node positions)
-early_exit   self-speculation: the target's first L layers and an exit head draft, one shared cache
+early_exit   self-speculation: the target's first L layers and an exit head draft, one shared cache (lab or HF)
 features     the target's last hidden state kept per cache slot (FeatureTarget), what heads and feature drafts read
 tree_decoding  a draft tree per round, walked node by node with Act V's multi-draft rules; the path kept in cache
 medusa       Medusa heads on the target's features: a chain or a tree of guesses, no second model
@@ -39,6 +40,7 @@ from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
 from .medusa import MedusaDraft, MedusaHeads, medusa
 from .ngram import NGramTable, SparseNGramTable, build_ngram, build_sparse_ngram, corpus_table
 from .real_recording import RealRecording, RealRun, load_real_recording, real_recorded
+from .real_self_recording import RealSelfRecording, load_real_self_recording, real_self_recorded
 from .recording import Recording, load_recording, recorded
 from .self_recording import SelfRecording, load_self_recording, self_recorded
 from .transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
@@ -68,5 +70,5 @@ __all__ = [
     "EarlyExitDraft", "SharedCache", "exit_logits", "load_target", "FeatureCache", "FeatureTarget", "MedusaDraft",
     "MedusaHeads", "medusa", "load_heads", "TREE_RULES", "DraftTree", "generate_tree", "LookaheadDraft",
     "TreeTable", "measure_trees", "time_tree_terms", "EagleDraft", "EagleDrafter", "eagle", "SelfRecording",
-    "load_self_recording", "self_recorded",
+    "load_self_recording", "self_recorded", "RealSelfRecording", "load_real_self_recording", "real_self_recorded",
 ]

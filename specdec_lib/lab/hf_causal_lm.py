@@ -4,8 +4,9 @@ The lab's decoders ask a model for three things: `vocab` and `max_len`, `new_cac
 `crop(n)`), and a call `model(ids (1, T), cache)` returning float logits (1, T, V) for the T new positions. HFCausalLM
 gives a transformers `AutoModelForCausalLM` exactly that: its cache is a DynamicCache, cropped on rejection
 (transformers 5.x crops by a negative count of tokens to remove), and after a tree pass it keeps the accepted path
-(`keep`, as KVCache.keep), so sd.lab.generate_tree runs on it too (lookahead, a tree of one-hot guesses). Nothing
-in the decoders knows which model it runs.
+(`keep`, as KVCache.keep), so sd.lab.generate_tree runs on it too (lookahead, a tree of one-hot guesses). HFLayers
+runs the decoder a range of layers at a time, so sd.lab.early_exit shares one DynamicCache between the model and its
+first layers. Nothing in the decoders knows which model it runs.
 transformers is imported lazily (tiny_hf_model), so the lab imports without it.
 """
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import torch
 
 from .._checks import check_choice, check_int
+from .early_exit import causal_mask
 from .transformer import check_kept_slots
 
-__all__ = ["ARCHES", "MATMUL_PATHS", "HFCache", "HFCausalLM", "set_matmul", "early_exit_lm", "tiny_hf_model"]
+__all__ = ["ARCHES", "MATMUL_PATHS", "HFCache", "HFCausalLM", "HFLayers", "set_matmul", "early_exit_lm",
+           "tiny_hf_model"]
 
 ARCHES = ("qwen2", "llama")  # the architectures tiny_hf_model builds (the real pair is Qwen2)
 MATMUL_PATHS = ("default", "onednn")  # set_matmul: torch's default CPU kernels, or oneDNN linear layers (fp32)
@@ -31,15 +34,22 @@ class HFCache:
 
     @property
     def length(self) -> int:
-        return self.kv.get_seq_length()
+        """Positions held at every layer (the last layer's: an early exit's lower layers may run ahead)."""
+        return self.kv.get_seq_length(len(self.kv.layers) - 1) if self.kv.layers else 0
 
     def crop(self, n: int) -> None:
         """Roll back to the first n positions (0 <= n <= length)."""
         length = self.length
         if not 0 <= n <= length:
             raise ValueError(f"n must lie in [0, {length}] (the cached length), got {n}")
-        if n < length:
-            self.kv.crop(n - length)  # transformers 5.x: a negative count of tokens to remove
+        self.crop_layers(n, range(len(self.kv.layers)))
+
+    def crop_layers(self, n: int, layers: range) -> None:
+        """Keep at most the first n positions at each of layers (each may hold another number)."""
+        for i in layers:
+            held = self.kv.get_seq_length(i)
+            if held > n:
+                self.kv.layers[i].crop(n - held)  # transformers 5.x: a negative count of tokens to remove
 
     def keep(self, start: int, slots: torch.Tensor) -> None:
         """KVCache.keep on a DynamicCache: the first start positions, then slots (ascending) moved down after them,
@@ -99,8 +109,7 @@ class HFCausalLM:
         if positions is not None:
             extra["position_ids"] = positions.expand(ids.shape[0], -1)  # (B, T)
         if mask is not None:
-            bias = torch.zeros(mask.shape, dtype=self.dtype).masked_fill(~mask, torch.finfo(self.dtype).min)
-            extra["attention_mask"] = bias.expand(ids.shape[0], 1, -1, -1)  # (B, 1, T, length + T), used as given
+            extra["attention_mask"] = _bias(mask, self.dtype).expand(ids.shape[0], 1, -1, -1)  # (B, 1, T, length + T)
         with torch.inference_mode():
             logits = self.model(input_ids=ids, cache=kv, use_cache=cache is not None, **extra).logits.float()
         if memo:
@@ -109,6 +118,65 @@ class HFCausalLM:
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+    def layer_runner(self) -> HFLayers:
+        """The decoder a range of layers at a time (HFLayers), as sd.lab.early_exit runs it."""
+        return HFLayers(self)
+
+
+def _bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An additive attention mask (T, S) of a boolean one (True = may attend), as transformers uses it as given."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+class HFLayers:
+    """An HFCausalLM's decoder a range of layers at a time, as sd.lab.early_exit runs it (one cache, shared).
+
+    It drives transformers' own modules (embed_tokens, rotary_emb, layers[i], norm, lm_head) the way the model's
+    forward does, with an explicit causal mask, so the lower layers may hold more positions than the upper ones.
+    A DynamicCache appends, so run() first crops the layers it runs back to `start`. Full-attention models only
+    (Qwen2 and Llama in transformers 5; a sliding-window layer would need its own mask).
+    """
+
+    def __init__(self, lm: HFCausalLM):
+        types = getattr(lm.config, "layer_types", None) or ["full_attention"]
+        if set(types) != {"full_attention"}:
+            raise ValueError(f"lm must use full attention at every layer for a shared-cache early exit, got "
+                             f"layer types {sorted(set(types))}")
+        self.lm, self.inner = lm, lm.model.model
+        self.n_layers, self.d_model, self.dtype = lm.config.num_hidden_layers, lm.config.hidden_size, lm.dtype
+
+    def new_kv(self) -> HFCache:
+        return self.lm.new_cache()
+
+    def full(self, idx: torch.Tensor, kv: HFCache) -> torch.Tensor:
+        """The model's own pass on idx (1, T) after kv.length positions (lower layers cropped back to it first)."""
+        kv.crop_layers(kv.length, range(self.n_layers))
+        return self.lm(idx, kv)
+
+    def embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
+        """Token embeddings (1, T, C) of idx (1, T) (positions enter through the rotary angles in run)."""
+        with torch.inference_mode():
+            return self.inner.embed_tokens(idx)
+
+    @torch.inference_mode()
+    def run(self, x: torch.Tensor, kv: HFCache, start: int, layers: range) -> torch.Tensor:
+        """x (1, T, C) at positions start.. through layers, each first cropped to start positions; (1, T, C)."""
+        T = x.shape[1]
+        kv.crop_layers(start, layers)
+        positions = torch.arange(start, start + T, device=x.device)[None]  # (1, T)
+        angles = self.inner.rotary_emb(x, positions)
+        mask = causal_mask(T, start, x.device)
+        bias = None if mask is None else _bias(mask, x.dtype)[None, None]  # (1, 1, T, start + T)
+        for i in layers:
+            x = self.inner.layers[i](x, attention_mask=bias, position_embeddings=angles, position_ids=positions,
+                                     cache=kv.kv, use_cache=True)
+        return x
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """The final norm and head: float32 logits (.., V) of hidden states (.., C)."""
+        with torch.inference_mode():
+            return self.lm.model.lm_head(self.inner.norm(h)).float()
 
 
 def set_matmul(lm: HFCausalLM, path: str) -> HFCausalLM:
@@ -143,9 +211,9 @@ def early_exit_lm(lm: HFCausalLM, exit_layer: int) -> HFCausalLM:
     """lm's first exit_layer decoder layers, then its final norm and head, sharing lm's weights (no copy): an early
     exit of a transformers model, to draft for lm as a NeuralDraft.
 
-    Unlike sd.lab.early_exit on the lab's own model it keeps a cache of its own (exit_layer layers), so verification
-    recomputes the lower layers the draft ran: the draft's cost and acceptance are the exit's, the shared cache's
-    saving is not measured. It works wherever the model's decoder loops over `layers[:config.num_hidden_layers]`
+    Unlike sd.lab.early_exit(lm, exit_layer), which shares one cache with lm, it keeps a cache of its own
+    (exit_layer layers), so verification recomputes the lower layers the draft ran: set beside the shared cache, it
+    shows what sharing saves. It works wherever the model's decoder loops over `layers[:config.num_hidden_layers]`
     (Qwen2 and Llama in transformers 5).
     """
     import copy
@@ -167,15 +235,17 @@ def early_exit_lm(lm: HFCausalLM, exit_layer: int) -> HFCausalLM:
     return HFCausalLM(outer, name=f"{lm.name}@exit{exit_layer}")
 
 
-def tiny_hf_model(arch: str = "qwen2", *, vocab: int = 64, seed: int = 0, dtype=torch.float32) -> HFCausalLM:
-    """A randomly initialised 2-layer causal LM of the given architecture (ARCHES), for tests: no download."""
+def tiny_hf_model(arch: str = "qwen2", *, vocab: int = 64, seed: int = 0, layers: int = 2,
+                  dtype=torch.float32) -> HFCausalLM:
+    """A randomly initialised causal LM of the given architecture (ARCHES), 2 layers by default, for tests: no
+    download."""
     arch = check_choice("arch", arch, ARCHES)
-    vocab = check_int("vocab", vocab, minimum=2)
+    vocab, layers = check_int("vocab", vocab, minimum=2), check_int("layers", layers, minimum=1)
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
     kind = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch]
-    config = kind(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+    config = kind(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
     g = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
     with torch.random.fork_rng(devices=[]):  # from_config's own init draws from the global generator: restore it
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from importlib import resources
 
 __all__ = ["REAL_REFERENCE_PATH", "SCHEMA", "ModelFile", "ModelManifest", "RealRun", "CvPoint", "HFRun",
-           "NumericsRow", "RealRecording", "load_real_recording", "real_recorded"]
+           "NumericsRow", "RealRecording", "build_checked", "load_real_recording", "real_recorded"]
 
 REAL_REFERENCE_PATH = pathlib.Path(str(resources.files("specdec_lib") / "data" / "real_pair_reference.json"))
 SCHEMA = 1  # the version of the JSON layout this reader understands
@@ -200,25 +200,26 @@ class RealRecording:
         return "\n".join(lines)
 
 
-def _value(hint, x, where: str):
+def _value(hint, x, where: str, choices: dict):
     """x checked against the type hint (str, int, float, bool, dict, list[...], X | None, a dataclass)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):  # X | None
         if x is None and type(None) in args:
             return None
         (inner,) = [a for a in args if a is not type(None)]
-        return _value(inner, x, where)
+        return _value(inner, x, where, choices)
     if is_dataclass(hint):
-        return _build(hint, x, where)
+        return build_checked(hint, x, where, choices)
     if origin is list:
         if not isinstance(x, list):
             raise TypeError(f"{where} must be a list, got {type(x).__name__}")
-        return [_value(args[0], v, f"{where}[{i}]") for i, v in enumerate(x)]
+        return [_value(args[0], v, f"{where}[{i}]", choices) for i, v in enumerate(x)]
     if origin is dict or hint is dict:
         if not isinstance(x, dict):
             raise TypeError(f"{where} must be a dict, got {type(x).__name__}")
         key, val = args or (str, typing.Any)
-        return {_value(key, k, f"{where} key"): _value(val, v, f"{where}[{k!r}]") for k, v in x.items()}
+        return {_value(key, k, f"{where} key", choices): _value(val, v, f"{where}[{k!r}]", choices)
+                for k, v in x.items()}
     if hint is typing.Any:
         return x
     ok = {float: (int, float), int: (int,), bool: (bool,), str: (str,)}[hint]
@@ -227,8 +228,9 @@ def _value(hint, x, where: str):
     return float(x) if hint is float else x
 
 
-def _build(cls, data, where: str):
-    """cls(**data) with every field present, no unknown ones, each of its declared type and choices."""
+def build_checked(cls, data, where: str, choices: dict = CHOICES):
+    """cls(**data) with every field present, no unknown ones, each of its declared type and choices (field name ->
+    the names it may hold); a recording's reader builds its dataclasses from JSON with it."""
     if not isinstance(data, dict):
         raise TypeError(f"{where} must be a JSON object (a {cls.__name__}), got {type(data).__name__}")
     names = [f.name for f in fields(cls)]
@@ -236,10 +238,10 @@ def _build(cls, data, where: str):
     if missing or unknown:
         raise ValueError(f"{where} ({cls.__name__}): missing fields {missing}, unknown fields {unknown}")
     hints = typing.get_type_hints(cls)
-    values = {n: _value(hints[n], data[n], f"{where}.{n}") for n in names}
-    for n, choices in CHOICES.items():
-        if n in values and values[n] not in choices:
-            raise ValueError(f"{where}.{n} must be one of {', '.join(map(repr, choices))}; got {values[n]!r}")
+    values = {n: _value(hints[n], data[n], f"{where}.{n}", choices) for n in names}
+    for n, allowed in choices.items():
+        if n in values and values[n] not in allowed:
+            raise ValueError(f"{where}.{n} must be one of {', '.join(map(repr, allowed))}; got {values[n]!r}")
     return cls(**values)
 
 
@@ -268,7 +270,7 @@ def load_real_recording(path: str | pathlib.Path = REAL_REFERENCE_PATH) -> RealR
         raise TypeError(f"path must hold a JSON object (a RealRecording), got {type(data).__name__} in {path}")
     if data.get("schema") != SCHEMA:
         raise ValueError(f"schema must be {SCHEMA}, got {data.get('schema')!r} in {path}")
-    rec = _build(RealRecording, {n: v for n, v in data.items() if n != "schema"}, "recording")
+    rec = build_checked(RealRecording, {n: v for n, v in data.items() if n != "schema"}, "recording")
     _check_consistent(rec)
     return rec
 

@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 import torch
-from lab_law import assert_measured_like_any_draft, empirical
+from lab_law import assert_measured_like_any_draft, early_exit_bugs, empirical
 
 import specdec_lib as sd
 from specdec_lib.lab.early_exit import EarlyExitTarget, SharedCache, early_exit
@@ -59,14 +59,7 @@ def test_the_shared_cache_after_a_round_holds_what_the_invariant_says(trained):
     assert cache.length == cache.low == n + 1
 
 
-class _NoTokenCheck(EarlyExitTarget):
-    """Reuses every kept slot, whatever token it holds: a block the draft did not propose reads the wrong states."""
-
-    def __call__(self, idx, cache=None):
-        if cache is not None:
-            m = max(0, min(cache.low - cache.length, idx.shape[1]))
-            cache.tokens[cache.length:cache.length + m] = idx[0, :m]
-        return super().__call__(idx, cache)
+_NoTokenCheck, _OneSlotLate = early_exit_bugs()  # the negative controls (tests/lab_law.py)
 
 
 def test_a_block_the_draft_did_not_propose_is_scored_exactly(trained):
@@ -112,16 +105,6 @@ def test_early_exit_samples_the_exact_target_distribution(exit_layer, verifier):
     exact = exact_continuations(model, PROMPT, HORIZON, temperature=1.0)  # (V^h,)
     got = _empirical(*early_exit(model, exit_layer), verifier)
     assert sd.total_variation(got, exact) < sd.tv_noise_bound(exact, N)
-
-
-class _OneSlotLate(EarlyExitTarget):
-    """Misaligned: reads each kept layer-L input one slot late (slot s gets s + 1's), Act II's off-by-one."""
-
-    def __call__(self, idx, cache=None):
-        if cache is not None and cache.low - cache.length >= 2:
-            start, low = cache.length, cache.low
-            cache.hidden[start:low - 1] = cache.hidden[start + 1:low].clone()
-        return super().__call__(idx, cache)
 
 
 @pytest.mark.stat
