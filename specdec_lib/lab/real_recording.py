@@ -17,7 +17,8 @@ from dataclasses import dataclass, fields, is_dataclass
 from importlib import resources
 
 __all__ = ["REAL_REFERENCE_PATH", "SCHEMA", "ModelFile", "ModelManifest", "RealRun", "CvPoint", "HFRun",
-           "NumericsRow", "RealRecording", "build_checked", "load_real_recording", "real_recorded"]
+           "NumericsRow", "RealRecording", "build_checked", "load_checked", "load_real_recording",
+           "real_recorded"]
 
 REAL_REFERENCE_PATH = pathlib.Path(str(resources.files("specdec_lib") / "data" / "real_pair_reference.json"))
 SCHEMA = 1  # the version of the JSON layout this reader understands
@@ -261,16 +262,21 @@ def _check_consistent(rec: RealRecording) -> None:
             raise ValueError(f"runs[{i}].measured and .predicted must be > 0, got {r.measured}, {r.predicted}")
 
 
-def load_real_recording(path: str | pathlib.Path = REAL_REFERENCE_PATH) -> RealRecording:
-    """The RealRecording in a JSON file written by `benchmarks/measure_real.py --json PATH` (schema 1)."""
+def load_checked(cls, path, *, schema: int, choices: dict = CHOICES):
+    """cls built by build_checked from the JSON object in path, whose "schema" must be schema."""
     if not isinstance(path, (str, pathlib.Path)):
         raise TypeError(f"path must be a str or pathlib.Path, got {type(path).__name__}")
     data = json.loads(pathlib.Path(path).read_text())
     if not isinstance(data, dict):
-        raise TypeError(f"path must hold a JSON object (a RealRecording), got {type(data).__name__} in {path}")
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"schema must be {SCHEMA}, got {data.get('schema')!r} in {path}")
-    rec = build_checked(RealRecording, {n: v for n, v in data.items() if n != "schema"}, "recording")
+        raise TypeError(f"path must hold a JSON object (a {cls.__name__}), got {type(data).__name__} in {path}")
+    if data.get("schema") != schema:
+        raise ValueError(f"schema must be {schema}, got {data.get('schema')!r} in {path}")
+    return build_checked(cls, {n: v for n, v in data.items() if n != "schema"}, "recording", choices)
+
+
+def load_real_recording(path: str | pathlib.Path = REAL_REFERENCE_PATH) -> RealRecording:
+    """The RealRecording in a JSON file written by `benchmarks/measure_real.py --json PATH` (schema 1)."""
+    rec = load_checked(RealRecording, path, schema=SCHEMA)
     _check_consistent(rec)
     return rec
 

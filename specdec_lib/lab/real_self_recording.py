@@ -3,18 +3,17 @@
 `benchmarks/measure_real_self.py --json PATH` (`make measure-real-self`) times, on Qwen2.5-Coder-1.5B-Instruct, early
 exit after L of its 28 layers (no fine-tune), through one cache shared with the target and as a separate draft with
 a cache of its own, and lookahead decoding; greedy, one thread. Notebook 09 prints this recording, so it shows the
-same numbers on every machine and needs neither the model nor transformers. Fields are checked by name and type as
-real_recording checks its own (build_checked); nothing here times anything.
+same numbers on every machine without the model. Fields are checked by name and type as
+real_recording checks its own (load_checked); nothing here times anything.
 """
 from __future__ import annotations
 
 import functools
-import json
 import pathlib
 from dataclasses import dataclass
 from importlib import resources
 
-from .real_recording import CHOICES, ModelManifest, build_checked
+from .real_recording import CHOICES, ModelManifest, load_checked
 
 __all__ = ["REAL_SELF_REFERENCE_PATH", "SCHEMA", "ExitRun", "LookaheadRun", "RealSelfRecording",
            "load_real_self_recording", "real_self_recorded"]
@@ -128,15 +127,7 @@ def _check_consistent(rec: RealSelfRecording) -> None:
 
 def load_real_self_recording(path: str | pathlib.Path = REAL_SELF_REFERENCE_PATH) -> RealSelfRecording:
     """The RealSelfRecording in a JSON file written by `benchmarks/measure_real_self.py --json PATH` (schema 1)."""
-    if not isinstance(path, (str, pathlib.Path)):
-        raise TypeError(f"path must be a str or pathlib.Path, got {type(path).__name__}")
-    data = json.loads(pathlib.Path(path).read_text())
-    if not isinstance(data, dict):
-        raise TypeError(f"path must hold a JSON object (a RealSelfRecording), got {type(data).__name__} in {path}")
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"schema must be {SCHEMA}, got {data.get('schema')!r} in {path}")
-    rec = build_checked(RealSelfRecording, {n: v for n, v in data.items() if n != "schema"}, "recording",
-                        SELF_CHOICES)
+    rec = load_checked(RealSelfRecording, path, schema=SCHEMA, choices=SELF_CHOICES)
     _check_consistent(rec)
     return rec
 
