@@ -83,7 +83,7 @@ class LabLayers:
 
     def __init__(self, model: CachedLM):
         self.model, self.n_layers, self.d_model = model, len(model.blocks), model.config.d_model
-        self.dtype = model.tok_emb.weight.dtype
+        self.dtype, self.device = model.tok_emb.weight.dtype, model.tok_emb.weight.device
 
     def new_kv(self) -> KVCache:
         return self.model.new_cache()
@@ -137,7 +137,7 @@ class EarlyExitTarget:
         if batch != 1:
             raise ValueError(f"batch must be 1 (a shared cache holds one sequence), got {batch}")
         return SharedCache(self.layers.new_kv(), self.exit_layer, self.layers.d_model, max_len=self.max_len,
-                           dtype=self.layers.dtype)
+                           dtype=self.layers.dtype, device=self.layers.device)
 
     def __call__(self, idx: torch.Tensor, cache: SharedCache | None = None) -> torch.Tensor:
         """Logits (1, T, vocab), the target's, for idx (1, T) after the cached positions; the cache grows by T."""

@@ -145,6 +145,7 @@ class HFLayers:
                              f"layer types {sorted(set(types))}")
         self.lm, self.inner = lm, lm.model.model
         self.n_layers, self.d_model, self.dtype = lm.config.num_hidden_layers, lm.config.hidden_size, lm.dtype
+        self.device = self.inner.embed_tokens.weight.device
 
     def new_kv(self) -> HFCache:
         return self.lm.new_cache()
