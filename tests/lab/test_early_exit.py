@@ -210,3 +210,15 @@ def test_make_models_fine_tunes_the_committed_target_when_asked_for_target_ee_al
     assert {f.name: f.stat().st_mtime_ns for f in sd.lab.weights.WEIGHTS_DIR.glob("*.pt")} == before
     with pytest.raises(SystemExit):
         train.main(["--models", "target_ee,nope"])
+
+
+def test_the_kept_states_grow_past_their_first_buffer_and_keep_what_was_written():
+    """A long context (the real target's prompts are 324 tokens) grows the kept buffers; earlier slots survive."""
+    kv = TinyCausalLM(vocab=8, n_layer=2, seed=0, max_len=1024).new_cache()
+    cache = SharedCache(kv, 1, 4, max_len=1024)
+    first = cache.hidden.shape[0]
+    cache.keep(3, torch.tensor([5]), torch.ones(1, 4))
+    cache.keep(first + 10, torch.tensor([1, 2]), torch.full((2, 4), 2.0))  # past the first buffer
+    assert cache.hidden.shape[0] > first + 11 and cache.low == first + 12
+    assert cache.tokens[3] == 5 and torch.equal(cache.hidden[3], torch.ones(4))
+    assert cache.tokens[first + 10:first + 12].tolist() == [1, 2] and cache.hidden[first + 11].eq(2).all()
