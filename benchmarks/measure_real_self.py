@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         machine = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                    "threads": 1, "torch": torch.__version__, "transformers": __import__("transformers").__version__,
-                   "matmul": "onednn", "seconds": seconds, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                   "matmul": "default" if args.tiny else "onednn", "seconds": seconds,
+                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         args.json.write_text(json.dumps({
             "schema": SCHEMA, "machine": machine, "models": manifests,
             "prompts": {t: int(p.numel()) for t, p in prompts.items()}, "n_new": args.n_new,

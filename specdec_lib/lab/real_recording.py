@@ -17,8 +17,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from importlib import resources
 
 __all__ = ["REAL_REFERENCE_PATH", "SCHEMA", "ModelFile", "ModelManifest", "RealRun", "CvPoint", "HFRun",
-           "NumericsRow", "RealRecording", "build_checked", "load_checked", "load_real_recording",
-           "real_recorded"]
+           "NumericsRow", "RealRecording", "load_checked", "load_real_recording", "real_recorded"]
 
 REAL_REFERENCE_PATH = pathlib.Path(str(resources.files("specdec_lib") / "data" / "real_pair_reference.json"))
 SCHEMA = 1  # the version of the JSON layout this reader understands
@@ -210,7 +209,7 @@ def _value(hint, x, where: str, choices: dict):
         (inner,) = [a for a in args if a is not type(None)]
         return _value(inner, x, where, choices)
     if is_dataclass(hint):
-        return build_checked(hint, x, where, choices)
+        return _build(hint, x, where, choices)
     if origin is list:
         if not isinstance(x, list):
             raise TypeError(f"{where} must be a list, got {type(x).__name__}")
@@ -229,9 +228,9 @@ def _value(hint, x, where: str, choices: dict):
     return float(x) if hint is float else x
 
 
-def build_checked(cls, data, where: str, choices: dict = CHOICES):
+def _build(cls, data, where: str, choices: dict = CHOICES):
     """cls(**data) with every field present, no unknown ones, each of its declared type and choices (field name ->
-    the names it may hold); a recording's reader builds its dataclasses from JSON with it."""
+    the names it may hold)."""
     if not isinstance(data, dict):
         raise TypeError(f"{where} must be a JSON object (a {cls.__name__}), got {type(data).__name__}")
     names = [f.name for f in fields(cls)]
@@ -263,7 +262,8 @@ def _check_consistent(rec: RealRecording) -> None:
 
 
 def load_checked(cls, path, *, schema: int, choices: dict = CHOICES):
-    """cls built by build_checked from the JSON object in path, whose "schema" must be schema."""
+    """cls built from the JSON object in path (every field checked by name, type and choices), whose "schema" must
+    be schema; each real-target recording's reader starts here."""
     if not isinstance(path, (str, pathlib.Path)):
         raise TypeError(f"path must be a str or pathlib.Path, got {type(path).__name__}")
     data = json.loads(pathlib.Path(path).read_text())
@@ -271,7 +271,7 @@ def load_checked(cls, path, *, schema: int, choices: dict = CHOICES):
         raise TypeError(f"path must hold a JSON object (a {cls.__name__}), got {type(data).__name__} in {path}")
     if data.get("schema") != schema:
         raise ValueError(f"schema must be {schema}, got {data.get('schema')!r} in {path}")
-    return build_checked(cls, {n: v for n, v in data.items() if n != "schema"}, "recording", choices)
+    return _build(cls, {n: v for n, v in data.items() if n != "schema"}, "recording", choices)
 
 
 def load_real_recording(path: str | pathlib.Path = REAL_REFERENCE_PATH) -> RealRecording:
