@@ -11,10 +11,11 @@ position i (i = 1 .. k+1), Q_i = q_rows[..., i-1, :] the draft's row that propos
 
 The token rule keeps a prefix only while every test passes; block verification lets a later row vouch for the
 rows before it, keeps the output law exact for any draft, and accepts at least as much (equal at k = 1 and for
-one-hot drafts). The naive port (`naive=True`) is the one vllm-ascend shipped (PR #5542 until the fix #7808): it
-keeps p_i but never computes h_i: row i passes iff the running product eta_1 ... eta_i <= p_i, the last passing
-row wins, and the residual is the ordinary max(P_{tau+1} - Q_{tau+1}, 0). Its h is the backward hazard
-P(tau = i) / P(tau <= i) of that test's exact law, so `tau_law(h)` is its law too; it is not exact.
+one-hot drafts). The naive port (`naive=True`) is vllm-ascend's kernel (PR #5542 until the fix #7808): it keeps
+p_i but never computes h_i: row i passes iff the running product eta_1 ... eta_i <= p_i, the last passing row
+wins, and the residual is the ordinary max(P_{tau+1} - Q_{tau+1}, 0). Its h is the backward hazard
+P(tau = i) / P(tau <= i) of that test's exact law, so `tau_law(h)` is its law too; it is not exact. As shipped it
+only ever saw one-hot drafts read with q = 1 (its callers passed no draft probabilities): give it one-hot q rows.
 """
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ def block_rule(spec: DecoderSpec) -> DecoderSpec:
     The block-level reading of the fields that a one-block verifier sees (judge_rows, ratio_rows, bonus_rows):
       judge="off_by_one"   proposal j is judged by p_{j+1} (the target row one position too late)
       ratio="Q_bad"        the verifier uses the wrong slot's draft row: q_{j-1} for proposal j (q_k for the first)
+      ratio="argmax_Q"     the verifier reads q_j as one-hot at its argmax (it was given no draft probabilities)
       bonus="draft"        after a full block the bonus comes from q_k
     acceptance, verify_first, residual, residual_uniform, keep_rejected and the bonus law mean what
     markov/semantics.py says, as in every engine; ratio_context is moot here (the draft's state is the committed
@@ -66,7 +67,10 @@ def judge_rows(spec: DecoderSpec, p_rows: torch.Tensor) -> torch.Tensor:
 
 
 def ratio_rows(spec: DecoderSpec, q_rows: torch.Tensor) -> torch.Tensor:
-    """(..., k, V) the draft row the verifier believes drew each proposal: q_j, or q_{j-1} under ratio="Q_bad"."""
+    """(..., k, V) the draft row the verifier believes drew each proposal: q_j, q_{j-1} under ratio="Q_bad", or
+    one-hot at q_j's argmax under ratio="argmax_Q"."""
+    if spec.ratio == "argmax_Q":
+        return torch.nn.functional.one_hot(q_rows.argmax(-1), q_rows.shape[-1]).to(q_rows.dtype)
     return q_rows.roll(1, dims=-2) if spec.ratio == "Q_bad" else q_rows
 
 

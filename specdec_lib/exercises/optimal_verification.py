@@ -93,8 +93,10 @@ def h_mistake(name: str, p_rows, q_rows, proposals) -> torch.Tensor:
 def _naive_story() -> str:
     m = MODES.get("block_verification_naive")
     port = m.description if m else "vllm-ascend, shipped in PR #5542 and fixed by PR #7808"
-    return ("h_i = p_i: p_i is how much of the target the prefix X_1..X_i carries, not the chance that row i passes; "
-            f"the wrong port the registry holds as block_verification_naive thresholds its rows on p_i too ({port})")
+    return ("h_i = p_i: p_i is how much of the target the prefix X_1..X_i carries, not the chance that row i passes "
+            "(row i would pass when eta_i < p_i). A different wrong rule, not this one: the port the registry holds "
+            "as block_verification_naive also skips h_i but passes row i when the product eta_1 ... eta_i <= p_i "
+            f"({port})")
 
 
 H_MISTAKES = {

@@ -147,12 +147,26 @@ _OPTIMAL = [
                 "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py @ 02e318b (Model Runner V2, "
                 "rejection_sample_method='block', PR #46781)", DecoderSpec(verifier="block"), exact=True,
                 origin="paper", chapter="optimal verification"),
-    FailureMode("block_verification_naive", "block verification as first shipped: p_i kept, but row i passes iff the "
-                "running product of the uniforms is <= p_i (no h_i), then the ordinary residual max(P - Q, 0)",
+    FailureMode("block_verification_naive", "vllm-ascend's wrong port as its kernel reads a sampled draft (the "
+                "NO_DRAFT_PROBS=False branch, which no caller reached): p_i kept, but row i passes iff the running "
+                "product of the uniforms is <= p_i (no h_i), then the ordinary residual max(P - Q, 0)",
                 f"{_ASCEND} vllm_ascend/ops/triton/reject_sample.py rejection_random_sample_block_verify_kernel "
-                "@ 66d966b (shipped in PR #5542 @ 8763953, fixed by PR #7808 @ 2f4d55e, issue #7807; first proposed "
-                "in PR #3794); vllm_ascend/sample/rejection_sampler.py took this path only for max_spec_len >= 3 "
-                "(modelled here at every k)", DecoderSpec(verifier="block_naive"), chapter="optimal verification"),
+                "@ 8763953 (PR #5542; unchanged @ 66d966b; fixed by PR #7808 @ 2f4d55e, issue #7807; first proposed "
+                "in PR #3794): what the kernel would do if a caller passed draft probabilities; every caller passed "
+                "draft_probs=None (vllm_ascend/worker/model_runner_v1.py _sample @ 8763953 and @ 66d966b), so the "
+                "shipped form is block_verification_naive_argmax", DecoderSpec(verifier="block_naive"),
+                chapter="optimal verification"),
+    FailureMode("block_verification_naive_argmax", "vllm-ascend's wrong port as it ran: a one-hot draft (the draft's "
+                "argmax) read with draft probability 1, so p_i is the product of P_j(X_j); row i passes iff "
+                "eta_1 ... eta_i <= p_i, the last passing row wins, and a stop draws P without the rejected draft",
+                f"{_ASCEND} vllm_ascend/ops/triton/reject_sample.py rejection_random_sample_block_verify_kernel "
+                "NO_DRAFT_PROBS branch and sample_recovered_tokens_kernel @ 8763953 (PR #5542), called with "
+                "draft_probs=None by vllm_ascend/worker/model_runner_v1.py _sample @ 8763953; drafts logits.argmax in "
+                "vllm_ascend/spec_decode/eagle_proposer.py and mtp_proposer.py @ 8763953; reached for non-greedy "
+                "requests when max_spec_len >= 3 (vllm_ascend/sample/rejection_sampler.py) until PR #7603 "
+                "@ 7be6291c (2026-03-31) required draft_probs is not None",
+                DecoderSpec(verifier="block_naive", propose="argmax_Q", ratio="argmax_Q"),
+                chapter="optimal verification"),
 ]
 MODES: dict[str, FailureMode] = {m.name: m for m in _MODES + _BENDING + _SURFACE + _OPTIMAL}
 

@@ -35,7 +35,7 @@ bonus              target|draft       after a full block the bonus is drawn from
 schedule           fixed | hf         next k: unchanged | k + 2 after a full block, k - 1 otherwise, in [k_min, k_max]
 verifier           token              each proposal is tested in turn (the fields above); the first failure ends it
                    block              block verification (block_verification.py): the k proposals judged together
-                   block_naive        ... as vllm-ascend shipped it: running-product coins, the ordinary residual
+                   block_naive        ... vllm-ascend's wrong port: running-product coins, the ordinary residual
 """
 from __future__ import annotations
 

@@ -41,7 +41,9 @@ class DecoderSpec:
     """How one block decoder on the Markov chain drafts, verifies and commits."""
 
     propose: Table = "Q"  # what the draft samples: Q | Q_bad | argmax_Q (greedy) | top2_Q (top-k = 2)
-    ratio: Literal["Q", "Q_bad"] = "Q"  # the q the verifier puts in p/q and [p - q]_+
+    # the q the verifier puts in p/q and [p - q]_+: Q | Q_bad | argmax_Q (one-hot at the draft's argmax: a kernel
+    # that gets no draft probabilities and reads q(y) = 1 at every proposal)
+    ratio: Literal["Q", "Q_bad", "argmax_Q"] = "Q"
     # the draft's state for proposal 1: the committed text | where its cache was left | one token too far back
     draft_context: DraftContext = "committed"
     ratio_context: RatioContext = "draft"  # where the verifier evaluates q for proposal 1
@@ -55,7 +57,7 @@ class DecoderSpec:
     residual: Residual = "normalised"
     residual_uniform: ResidualUniform = "fresh"  # reused: the rejected slot's acceptance uniform
     bonus: Bonus = "target"  # after a full block: P | Q | argmax P | typical
-    # token: each proposal tested in turn | block: block verification | block_naive: vllm-ascend's shipped port
+    # token: each proposal tested in turn | block: block verification | block_naive: vllm-ascend's wrong port
     verifier: Verifier = "token"
     keep_rejected: bool = False  # the rejected proposal stays in the output before the correction
     phantom: bool = False  # an unverified draft token is appended after every round

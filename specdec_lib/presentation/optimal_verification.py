@@ -100,7 +100,7 @@ def plot_against_k():
             ax.plot(KS, [getattr(getattr(r, key), what) for r in rows], marker=marker, color=color, label=name,
                     gid=key)
         ax.plot(KS, [getattr(r, what) for r in naive], linestyle="--", marker=".", color=COLORS["wrong"],
-                label="the naive port (not exact)", gid="naive")
+                label="the naive port on a sampled draft (not exact)", gid="naive")
         ax.set_xlabel("k (the most proposals a round drafts)")
         ax.set_ylabel(label)
         ax.legend(fontsize=7, loc="upper left")

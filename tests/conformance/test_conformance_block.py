@@ -180,3 +180,18 @@ def test_a_block_verifier_reads_the_believed_draft_rows():
     assert sd.total_variation(sampled, exact) <= sd.tv_noise_bound(exact, n)
     # negative control: the same sample is far from block verification's own (exact) law
     assert sd.total_variation(sampled, target_law(case.p_rows)) > sd.tv_noise_bound(exact, n)
+
+
+def test_a_verifier_given_no_draft_probabilities_reads_one_hot_rows():
+    """ratio="argmax_Q": the verifier reads q_j as one-hot at its argmax (a kernel passed draft_probs=None). On
+    one-hot draft rows that is the truth, so the token rule stays exact and the naive block port does not; on
+    sampled draft rows even the token rule is wrong (it divides by 1 where q is below 1)."""
+    case = next(c for c in battery() if c.name == "binary_k3")  # k = 3: where a later row can vouch for earlier ones
+    one_hot = torch.nn.functional.one_hot(case.q_rows.argmax(-1), case.q_rows.shape[-1]).double()
+    token, port = (dataclasses.replace(spec, ratio="argmax_Q") for spec in (TOKEN, NAIVE))
+    truth = target_law(case.p_rows)
+    assert sd.total_variation(complete(block_law(token, case.p_rows, one_hot), case.p_rows), truth) < 1e-12
+    assert sd.total_variation(complete(block_law(port, case.p_rows, one_hot), case.p_rows), truth) > 0.05
+    # negative controls: the same one-hot reading of a sampled draft is not exact, and the true q is
+    assert sd.total_variation(complete(block_law(token, case.p_rows, case.q_rows), case.p_rows), truth) > 0.05
+    assert sd.total_variation(complete(block_law(TOKEN, case.p_rows, case.q_rows), case.p_rows), truth) < 1e-12

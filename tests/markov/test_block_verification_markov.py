@@ -42,7 +42,7 @@ def same_stats(a, b):
 
 def test_registry_chapter():
     modes = failure_modes(chapter="optimal verification")
-    assert [m.name for m in modes] == [BLOCK, NAIVE]
+    assert [m.name for m in modes] == [BLOCK, NAIVE, "block_verification_naive_argmax"]
     assert MODES[BLOCK].exact and MODES[BLOCK].origin == "paper" and not MODES[NAIVE].exact
     assert MODES[NAIVE].origin == "public code" and "#5542" in MODES[NAIVE].reference
     assert "@ " in MODES[NAIVE].reference and "2403.10444" in MODES[BLOCK].reference

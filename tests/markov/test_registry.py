@@ -75,7 +75,8 @@ def test_the_field_guide_keeps_its_chapter():
     surface = failure_modes(chapter="sampling surface")
     assert [m.name for m in surface] == ["bonus_only_processors"]
     optimal = failure_modes(chapter="optimal verification")
-    assert [m.name for m in optimal] == ["block_verification", "block_verification_naive"]
+    assert [m.name for m in optimal] == ["block_verification", "block_verification_naive",
+                                         "block_verification_naive_argmax"]
     assert set(MODES) == {m.name for m in guide + bending + surface + optimal}
     with pytest.raises(ValueError, match="chapter must be one of 'field guide', 'bending the rules', 'sampling surf"):
         failure_modes(chapter="act v")
