@@ -41,7 +41,7 @@ def h_cases() -> tuple:
         out.append((f"a random pair, k = {k}, {vocab} tokens (seed {seed})",
                     *_random_block(g, k=k, vocab=vocab, sharpness=sharpness)))
     same = [[0.5, 0.3, 0.2]] * 4
-    out.append(("P = Q at every row (p_i = 1 and Z_i = 0: the denominator Z_i + 1 - p_i is 0)",
+    out.append(("P = Q at every row (pi_i = 1 and Z_i = 0: the denominator Z_i + 1 - pi_i is 0)",
                 *_block(same, same[:3], (0, 1, 2))))
     out.append(("a proposal the target never emits (P_2(X_2) = 0)",
                 *_block([[0.5, 0.3, 0.2], [0.6, 0.0, 0.4], [0.2, 0.3, 0.5], [0.1, 0.1, 0.8]],
@@ -60,7 +60,7 @@ def _gathered(p_rows, q_rows, proposals):
 
 
 def _h_from(p_rows, q_rows, running, *, weighted=True, shift=0):
-    """h_i = Z_i / (Z_i + 1 - p_i) for i < k (1 where that is 0/0), h_k = p_k, from a running p (k+1,)."""
+    """h_i = Z_i / (Z_i + 1 - pi_i) for i < k (1 where that is 0/0), h_k = pi_k, from a running p (k+1,)."""
     k = q_rows.shape[0]
     hs = []
     for i in range(1, k):
@@ -93,29 +93,29 @@ def h_mistake(name: str, p_rows, q_rows, proposals) -> torch.Tensor:
 def _naive_story() -> str:
     m = MODES.get("block_verification_naive")
     port = m.description if m else "vllm-ascend, shipped in PR #5542 and fixed by PR #7808"
-    return ("h_i = p_i: p_i is how much of the target the prefix X_1..X_i carries, not the chance that row i passes "
-            "(row i would pass when eta_i < p_i). A different wrong rule, not this one: the port the registry holds "
-            "as block_verification_naive also skips h_i but passes row i when the product eta_1 ... eta_i <= p_i "
+    return ("h_i = pi_i: pi_i is how much of the target the prefix X_1..X_i carries, not the chance that row i passes "
+            "(row i would pass when eta_i < pi_i). A different wrong rule, not this one: the port the registry holds "
+            "as block_verification_naive also skips h_i but passes row i when the product eta_1 ... eta_i <= pi_i "
             f"({port})")
 
 
 H_MISTAKES = {
     "naive": None,  # its text comes from the registry entry, read when a learner's answer matches it
-    "unweighted_z": "Z_i without the p_i weight: Z_i = sum_x max(p_i P_{i+1}(x) - Q_{i+1}(x), 0), the target row "
-                    "scaled by the chance p_i carried to row i",
+    "unweighted_z": "Z_i without the pi_i weight: Z_i = sum_x max(pi_i P_{i+1}(x) - Q_{i+1}(x), 0), the target row "
+                    "scaled by the chance pi_i carried to row i",
     "judging_rows": "Z_i from the rows that judged X_i (P_i, Q_i), as vllm-ascend's PyTorch fallback after its fix "
                     "(#7808, 2f4d55e7) computes it; h_i looks ahead: Z_i reads the next rows, P_{i+1} and Q_{i+1}, "
                     "where the residual after i kept drafts would be drawn",
-    "token_product": "p_i as the token rule's chance of passing rows 1..i, prod_j min(1, P_j(X_j)/Q_j(X_j)), the "
+    "token_product": "pi_i as the token rule's chance of passing rows 1..i, prod_j min(1, P_j(X_j)/Q_j(X_j)), the "
                      "p of vllm-ascend's PyTorch fallback as it shipped (#5542, 8763953f); the block rule caps the "
-                     "running product instead, p_i = min(1, p_{i-1} P_i(X_i)/Q_i(X_i)), so a later ratio above 1 "
+                     "running product instead, pi_i = min(1, pi_{i-1} P_i(X_i)/Q_i(X_i)), so a later ratio above 1 "
                      "wins back what an earlier one lost",
-    "uncapped": "the running p_i without its cap: p_i = min(1, p_{i-1} P_i(X_i)/Q_i(X_i)) never exceeds 1",
+    "uncapped": "the running pi_i without its cap: pi_i = min(1, pi_{i-1} P_i(X_i)/Q_i(X_i)) never exceeds 1",
 }
 
 
 def free_rows(p_rows, q_rows, proposals) -> torch.Tensor:
-    """(k,) True where Z_i + 1 - p_i = 0: P_{i+1} = Q_{i+1}, a later row passes for sure, h_i does not matter."""
+    """(k,) True where Z_i + 1 - pi_i = 0: P_{i+1} = Q_{i+1}, a later row passes for sure, h_i does not matter."""
     p = block_weights(p_rows, q_rows, proposals).p
     k = proposals.shape[-1]
     z = (p[1:k, None] * p_rows[1:k] - q_rows[1:k]).clamp(min=0).sum(-1)
@@ -143,14 +143,14 @@ def _diagnose(got, case) -> str:
     want = block_weights(p_rows, q_rows, proposals).h
     where = f"on {what}: got {fmt(got)}, expected {fmt(want)}"
     if not torch.isfinite(got).all():
-        return (f"h is not finite {where}. Where Z_i + 1 - p_i = 0 (p_i = 1 and P_{{i+1}} = Q_{{i+1}}) the rule "
+        return (f"h is not finite {where}. Where Z_i + 1 - pi_i = 0 (pi_i = 1 and P_{{i+1}} = Q_{{i+1}}) the rule "
                 "sets h_i = 1; any value in [0, 1] gives the same law there, since a later row then passes for sure")
     hits = [_naive_story() if name == "naive" else text for name, text in H_MISTAKES.items()
             if torch.allclose(h_mistake(name, p_rows, q_rows, proposals), got, atol=TOL, rtol=0, equal_nan=True)]
     if hits:
         return f"{'; or '.join(hits)} ({where})"
-    return (f"{where}. p_0 = 1, p_i = min(1, p_{{i-1}} P_i(X_i)/Q_i(X_i)); h_i = Z_i / (Z_i + 1 - p_i) with "
-            "Z_i = sum_x max(p_i P_{i+1}(x) - Q_{i+1}(x), 0) for i < k, and h_k = p_k")
+    return (f"{where}. pi_0 = 1, pi_i = min(1, pi_{{i-1}} P_i(X_i)/Q_i(X_i)); h_i = Z_i / (Z_i + 1 - pi_i) with "
+            "Z_i = sum_x max(pi_i P_{i+1}(x) - Q_{i+1}(x), 0) for i < k, and h_k = pi_k")
 
 
 def grade_block_h(block_h, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
@@ -161,7 +161,7 @@ def grade_block_h(block_h, *, raise_on_failure: bool = True, verbose: bool = Tru
             try:
                 got = call(fn, p_rows.clone(), q_rows.clone(), proposals.clone(), on=what)
             except Stop as stop:
-                extra = ("; h_k has no draft row after it: it is p_k, the running p after all k rows"
+                extra = ("; h_k has no draft row after it: it is pi_k, the running weight after all k rows"
                          if "IndexError" in str(stop) else "")
                 raise Stop(f"{stop}{extra}") from None
             got = _as_h(got, proposals.shape[0], what)
@@ -202,7 +202,7 @@ def need_fit(index: int) -> Fit:
 
 def _why_tie(d: Drafter) -> str:
     if d.draft == "deterministic":
-        return ("a deterministic draft gains nothing from block verification: with a one-hot q each p_i is the "
+        return ("a deterministic draft gains nothing from block verification: with a one-hot q each pi_i is the "
                 "token rule's chance of passing rows 1..i, and h_i gives tau the token rule's law")
     if d.k == 1:
         return "at k = 1 block verification is the token rule: h_1 = p_1 = min(1, P_1(X_1)/Q_1(X_1))"

@@ -49,7 +49,7 @@ def weights(*, running="capped", z="weighted", rows="next", last="p_k", zero_ove
 def test_the_weights_machinery_is_right_when_no_knob_is_turned():
     assert ex.grade_block_h(weights(), raise_on_failure=False, verbose=False).ok  # negative control
     assert ex.grade_block_h(lambda p, q, x: weights()(p, q, x).float(), raise_on_failure=False, verbose=False).ok
-    # where Z_i + 1 - p_i = 0 a later row passes for sure: h_i does not matter (vllm-ascend's fix #7808 writes 0)
+    # where Z_i + 1 - pi_i = 0 a later row passes for sure: h_i does not matter (vllm-ascend's fix #7808 writes 0)
     assert ex.grade_block_h(weights(zero_over_zero=0.0), raise_on_failure=False, verbose=False).ok
 
 
@@ -58,7 +58,7 @@ def test_the_cases_hold_what_the_notebook_says():
     assert list(toy.values()) == [[0.0, 0.25], [1.0, 0.5], [0.0, 1.0], [1.0, 1.0]]  # the paper's toy, by hand
     same = next(c for c in ov.h_cases() if c[0].startswith("P = Q"))
     assert block_weights(*same[1:]).h.tolist() == [1.0, 1.0, 1.0]  # 0/0 read as 1
-    assert ov.free_rows(*same[1:]).tolist() == [True, True, False]  # h_k = p_k always matters
+    assert ov.free_rows(*same[1:]).tolist() == [True, True, False]  # h_k = pi_k always matters
     assert sum(int(ov.free_rows(*c[1:]).any()) for c in ov.h_cases()) == 1  # elsewhere every h_i is checked
     for name in ov.H_MISTAKES:  # every recognised mistake differs from h on some case: it can be caught
         assert any(not torch.allclose(ov.h_mistake(name, *c[1:]), block_weights(*c[1:]).h, atol=ov.TOL, rtol=0)
@@ -66,14 +66,14 @@ def test_the_cases_hold_what_the_notebook_says():
 
 
 @pytest.mark.parametrize("variant, needles", [
-    (dict(naive=True), ["h_i = p_i", "block_verification_naive"]),
-    (dict(z="unweighted"), ["Z_i without the p_i weight"]),
+    (dict(naive=True), ["h_i = pi_i", "block_verification_naive"]),
+    (dict(z="unweighted"), ["Z_i without the pi_i weight"]),
     (dict(rows="judging"), ["Z_i from the rows that judged X_i"]),
     (dict(running="token"), ["the token rule's chance of passing rows 1..i"]),
-    (dict(running="uncapped"), ["the running p_i without its cap"]),
+    (dict(running="uncapped"), ["the running pi_i without its cap"]),
     (dict(zero_over_zero=float("nan")), ["h is not finite", "the rule sets h_i = 1", "any value in [0, 1]"]),
     (dict(zero_over_zero=2.0), ["P = Q at every row", "got [2, 2, 1], expected [1, 1, 1]"]),
-    (dict(last="one"), ["got [0, 1], expected [0, 0.25]", "h_k = p_k"]),  # unrecognised: the rule, in words
+    (dict(last="one"), ["got [0, 1], expected [0, 0.25]", "h_k = pi_k"]),  # unrecognised: the rule, in words
 ])
 def test_known_mistakes_are_named(variant, needles):
     failing(ex.grade_block_h, weights(**variant), *needles)
