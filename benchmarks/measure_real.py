@@ -6,6 +6,11 @@ and the measured speedup, and greedy equality with plain decoding; c_v(k) on eve
 on the same prompts (assistant_model=, prompt_lookup_num_tokens=) for the side-by-side ratio; bfloat16 greedy runs
 and the block-versus-incremental numerics. Writes the recording (specdec_lib/data/real_pair_reference.json) that
 notebook 05b reads. One thread, as the course's clock runs everywhere; the machine should be quiet.
+--repeats R (default 3) runs every greedy float32 configuration R times, in R whole passes (a slow spell of the
+machine lands on different configurations in different passes); each run records every repeat's terms, E[N] and
+speedups, the medians and the [min, max] ranges (lab/real_terms.py). With the defaults (3 repeats of 48 tokens)
+the whole recording is estimated at about 85 minutes on the 2-core VM, from the phases of the 2 December 2026
+recording (one run of 64 tokens per configuration: 69 minutes).
 --tiny runs the same code on tiny random Qwen2 models (seconds; the schema, not the numbers, is what it shows).
 """
 from __future__ import annotations
@@ -27,8 +32,10 @@ import specdec_lib as sd
 from specdec_lib.lab.generation import Decoding
 from specdec_lib.lab.hf_causal_lm import set_matmul, tiny_hf_model
 from specdec_lib.lab.numerics import block_vs_incremental
-from specdec_lib.lab.real_measure import decode_plain, hf_generate, measure_run
+from specdec_lib.lab.real_measure import combine_repeats, decode_plain, hf_generate, measure_run
+from specdec_lib.lab.real_recording import load_real_recording
 from specdec_lib.lab.real_tasks import TASKS, task_prompt, tiny_task_prompt, token_table
+from specdec_lib.lab.real_terms import repeats_table
 
 OUT = pathlib.Path(__file__).resolve().parents[1] / "specdec_lib" / "data" / "real_pair_reference.json"
 KS = {"model": 4, "lookup": 6, "table": 4}  # the k each draft runs at (the issue's probe: draft 4, lookup 6)
@@ -40,14 +47,19 @@ def _args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=pathlib.Path, default=OUT, help=f"where to write the recording (default {OUT})")
     ap.add_argument("--tiny", action="store_true", help="tiny random models: the code path in seconds, no weights")
-    ap.add_argument("--n-new", type=int, default=64, help="tokens per greedy float32 decode (default 64)")
-    ap.add_argument("--n-short", type=int, default=64, help="tokens per sampled and bfloat16 decode (default 64)")
+    ap.add_argument("--n-new", type=int, default=48, help="tokens per greedy float32 decode (default 48)")
+    ap.add_argument("--n-short", type=int, default=48, help="tokens per sampled and bfloat16 decode (default 48)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="passes over the greedy float32 configurations: medians and ranges (default 3)")
     ap.add_argument("--n-numerics", type=int, default=32, help="tokens scored both ways per numerics row (32)")
     ap.add_argument("--reps", type=int, default=3, help="timed calls of each cost term (default 3)")
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate side by side")
     ap.add_argument("--no-bf16", action="store_true", help="skip the bfloat16 runs")
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    if a.repeats < 1:
+        ap.error(f"--repeats must be >= 1, got {a.repeats}")
+    return a
 
 
 class Lab:
@@ -84,25 +96,33 @@ def c_v_curve(target, lookup, prompt, reps, *, dtype: str, matmul: str) -> list[
 
 
 def runs(target, drafters, prompts, tasks, cfg: dict, bar):
-    """Every (task, draft) at its k against one plain run per task; returns (RealRun dicts, {(task, kind): result}).
+    """Every (task, draft) at its k against one plain run per task, in cfg["repeats"] whole passes (default 1);
+    returns (RealRun dicts, {(task, kind): result}), repeats combined (medians, ranges, each repeat's terms).
 
     cfg: n_new, temperature, dtype, matmul (what the runs record), reps (of each timed term), kinds (the drafts).
     """
     n_new, temperature, dtype, matmul = cfg["n_new"], cfg["temperature"], cfg["dtype"], cfg["matmul"]
-    out, results = [], {}
-    for i, task in enumerate(tasks):
-        decoding = Decoding(temperature=temperature, generator=torch.Generator().manual_seed(i))
-        plain = decode_plain(target, prompts[task], n_new, decoding=decoding)
-        results[task, "plain"] = plain
-        for kind in cfg["kinds"]:
-            timed = cfg.get("terms_from", {}).get((task, kind))  # the greedy run's terms, for a sampled run
-            r = measure_run(target, drafters[kind], prompts[task], KS[kind], plain=plain, decoding=decoding,
-                            reps=cfg["reps"], terms=None if timed is None else timed.terms(KS[kind]))
-            results[task, kind] = r
-            out.append({"task": task, "draft": kind, "k": KS[kind], "temperature": temperature, "dtype": dtype,
-                        "matmul": matmul, "n_new": n_new, **r.fields()})
-            bar.update()
-            bar.set_postfix_str(f"{dtype} T={temperature} {task} {kind}: S {r.measured:.2f} (pred {r.predicted:.2f})")
+    passes, results = [], {}
+    for rep in range(cfg.get("repeats", 1)):  # a whole pass at a time: a slow spell hits other configurations
+        passes.append({})
+        for i, task in enumerate(tasks):
+            decoding = Decoding(temperature=temperature, generator=torch.Generator().manual_seed(i))
+            plain = decode_plain(target, prompts[task], n_new, decoding=decoding)
+            results.setdefault((task, "plain"), plain)
+            for kind in cfg["kinds"]:
+                timed = cfg.get("terms_from", {}).get((task, kind))  # the greedy run's terms, for a sampled run
+                r = measure_run(target, drafters[kind], prompts[task], KS[kind], plain=plain, decoding=decoding,
+                                reps=cfg["reps"], terms=None if timed is None else timed.terms(KS[kind]))
+                passes[-1][task, kind] = r
+                bar.update()
+                bar.set_postfix_str(f"{dtype} T={temperature} pass {rep + 1} {task} {kind}: S {r.measured:.2f} "
+                                    f"(pred {r.predicted:.2f})")
+    out = []
+    for key in passes[0]:
+        repeats = [p[key] for p in passes]
+        results[key] = r = repeats[0] if len(repeats) == 1 else combine_repeats(repeats, KS[key[1]])
+        out.append({"task": key[0], "draft": key[1], "k": KS[key[1]], "temperature": temperature, "dtype": dtype,
+                    "matmul": matmul, "n_new": n_new, **r.fields(), **r.repeat_fields()})
     return out, results
 
 
@@ -143,21 +163,21 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     t0, load0 = time.time(), os.getloadavg()
     lab, tasks = Lab(a.tiny), a.tasks
-    n_configs = len(tasks) * (3 + 3 + 1 + (0 if a.no_hf else 2) + (0 if a.no_bf16 else 3))
+    n_configs = len(tasks) * (3 * a.repeats + 3 + 1 + (0 if a.no_hf else 2) + (0 if a.no_bf16 else 3))
     bar = tqdm(total=n_configs, desc="measure-real", unit="run", file=sys.stdout)
     target, draft, prompts, drafters = lab.load(torch.float32)
     curve = c_v_curve(target, drafters["lookup"], prompts["edit"], a.reps, dtype="float32", matmul="default")
     set_matmul(target, FP32_PATH)  # the target's (k+1)-row passes; the draft's one-row steps keep the default kernels
     curve += c_v_curve(target, drafters["lookup"], prompts["edit"], a.reps, dtype="float32", matmul=FP32_PATH)
     cfg = {"dtype": "float32", "matmul": FP32_PATH, "reps": a.reps, "kinds": list(KS), "n_new": a.n_new,
-           "temperature": 0.0}
+           "temperature": 0.0, "repeats": a.repeats}
     rows, greedy = runs(target, drafters, prompts, tasks, cfg, bar)
     partial = {"runs": rows, "c_v_curve": curve}
     _write(a.json.with_suffix(".partial.json"), partial)
     partial["hf"] = hf = [] if a.no_hf else hf_side_by_side(target, draft, prompts, tasks, greedy, a.n_new, bar)
     _write(a.json.with_suffix(".partial.json"), partial)
-    rows += runs(target, drafters, prompts, tasks, dict(cfg, n_new=a.n_short, temperature=1.0, terms_from=greedy),
-                 bar)[0]
+    rows += runs(target, drafters, prompts, tasks, dict(cfg, n_new=a.n_short, temperature=1.0, terms_from=greedy,
+                                                         repeats=1), bar)[0]
     partial["numerics"] = nums = numerics(target, prompts, tasks, a.n_numerics, bar)
     _write(a.json.with_suffix(".partial.json"), partial)
     lengths = {t: prompts[t].numel() for t in tasks}
@@ -166,7 +186,7 @@ def main(argv=None) -> int:
         gc.collect()
         target, draft, prompts, drafters = lab.load(torch.bfloat16)
         curve += c_v_curve(target, drafters["lookup"], prompts["edit"], a.reps, dtype="bfloat16", matmul="default")
-        cfg.update(dtype="bfloat16", matmul="default", kinds=["model", "lookup"], n_new=a.n_short)
+        cfg.update(dtype="bfloat16", matmul="default", kinds=["model", "lookup"], n_new=a.n_short, repeats=1)
         rows += runs(target, drafters, prompts, tasks, cfg, bar)[0]
         nums += numerics(target, prompts, tasks, a.n_numerics, bar)
     bar.close()
@@ -174,11 +194,12 @@ def main(argv=None) -> int:
 
     machine = {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
                "cpus": os.cpu_count(), "torch": torch.__version__, "transformers": transformers.__version__,
-               "threads": torch.get_num_threads(), "draft_matmul": "default", "loadavg_before": list(load0),
+               "threads": torch.get_num_threads(), "draft_matmul": "default", "repeats": a.repeats,
+               "loadavg_before": list(load0),
                "loadavg_after": list(os.getloadavg()),
                "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                "seconds": round(time.time() - t0, 1)}
-    recording = {"schema": 1, "machine": machine, "models": lab.manifests, "prompts": lengths, "runs": rows,
+    recording = {"schema": 2, "machine": machine, "models": lab.manifests, "prompts": lengths, "runs": rows,
                  "c_v_curve": curve, "hf": hf, "numerics": nums, "tiny": a.tiny}
     _write(a.json, recording)
     a.json.with_suffix(".partial.json").unlink(missing_ok=True)
@@ -186,6 +207,8 @@ def main(argv=None) -> int:
         print(f"{r['dtype']:>8} {r['matmul']:>7} T={r['temperature']:.0f} {r['task']:>5} {r['draft']:>6} k={r['k']} "
               f"c_d {r['c_d']:.3f} c_v {r['c_v']:.2f} E[N] {r['e_n']:.2f} pred {r['predicted']:.2f} "
               f"meas {r['measured']:.2f} exact {r['equal_to_plain']} div {r['first_divergence']}")
+    if a.repeats > 1:  # read back through the recording's reader, which checks every median and range
+        print(repeats_table(load_real_recording(a.json).runs))
     for h in hf:
         print(f"HF {h['task']:>5} {h['mode']:>9} k={h['k']}: HF {h['hf_speedup']:.2f}x, ours {h['ours_speedup']:.2f}x, "
               f"ours/HF {h['ours_over_hf']:.2f}, equal {h['equal_to_plain']}")

@@ -11,6 +11,7 @@ accept       the lab's fast acceptance test: the token rule or block verificatio
 measure      the cost terms, timed, and the predicted speedup against the measured one
 recording    the recorded `make measure` run (specdec_lib/data/measure_reference.json), read in one place
 real_recording  the recorded `make measure-real` run on a pretrained pair (data/real_pair_reference.json)
+real_terms   what its terms say: repeats' medians and ranges, T_1 outliers, the weights a step reads, rounds
 real_self_recording  drafts from the real target itself, recorded (data/real_self_reference.json)
 batch_cost   one target pass over B x (k + 1) positions: c_v(k; B) and the best k per batch size
 tree_attention  Act V: a draft tree scored in one target pass (ancestor mask, per-node positions)

@@ -7,6 +7,8 @@ timers (prefill excluded, as in `make measure`); the predicted one is E[N] / (k 
 Greedy runs are also checked token for token against the plain run. hf_generate runs transformers' own `generate`
 (plain, assisted by a draft model, or prompt lookup) for the side-by-side ratio: its seconds per token after the
 first step (a streamer reads the clock), against ours by the round timers; both leave the prefill out.
+combine_repeats folds repeats of one configuration into one result: the medians, the prediction from the median
+terms, and each repeat's own terms (real_terms.summarise_repeats), as `make measure-real --repeats R` records them.
 """
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ from .._checks import check_choice, check_int
 from ..telemetry import SpecDecodeLog
 from .generation import Decoding, generate_plain, generate_speculative
 from .measure import time_terms
+from .real_terms import RunRepeat, summarise_repeats
 
-__all__ = ["DRAFT_KINDS", "HF_MODES", "Decoded", "RunResult", "decode_plain", "measure_run", "first_divergence",
-           "hf_generate"]
+__all__ = ["DRAFT_KINDS", "HF_MODES", "Decoded", "RunResult", "decode_plain", "measure_run", "combine_repeats",
+           "first_divergence", "hf_generate"]
 
 DRAFT_KINDS = ("model", "lookup", "table")  # a draft network, prompt lookup, a token n-gram table
 HF_MODES = ("plain", "assistant", "lookup")  # transformers' generate alone, assistant_model=, prompt_lookup_num_tokens=
@@ -52,14 +55,26 @@ class RunResult:
     equal_to_plain: bool | None
     first_divergence: int | None
     spec: Decoded
+    repeats: tuple[RunRepeat, ...] = ()  # combine_repeats: each repeat's own terms (empty: one run)
+    ranges: dict | None = None  # combine_repeats: field -> [min, max] over the repeats
 
     def terms(self, k: int) -> tuple[float, float, float]:
         """(T_1, D(k), V(k)) in seconds, as measure_run's terms= takes them."""
         return self.T_1, self.c_d * k * self.T_1, self.c_v * self.T_1
 
     def fields(self) -> dict:
-        """The recording's fields of this run (no tensors)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spec"}
+        """The recording's fields of this run (no tensors, no repeats: repeat_fields has those)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name not in ("spec", "repeats", "ranges")}
+
+    def repeat_fields(self) -> dict:
+        """The repeats (as dicts) and their ranges, as `make measure-real` records them beside fields()."""
+        return {"repeats": [dataclasses.asdict(r) for r in self.repeats], "ranges": self.ranges or {}}
+
+    def repeat(self) -> RunRepeat:
+        """This run's terms, E[N], prediction, clock and exactness as one repeat."""
+        return RunRepeat(T_1=self.T_1, c_d=self.c_d, c_v=self.c_v, e_n=self.e_n, predicted=self.predicted,
+                         measured=self.measured, equal_to_plain=self.equal_to_plain)
 
 
 def _per_token(log: SpecDecodeLog) -> float:
@@ -112,6 +127,21 @@ def measure_run(target, drafter, prompt: torch.Tensor, k: int, *, plain: Decoded
     return RunResult(T_1=T_1, c_d=c_d, c_v=c_v, e_n=e_n, alpha=list(s.conditional_acceptance),
                      predicted=e_n / (k * c_d + c_v), measured=plain.per_token / spec.per_token,
                      equal_to_plain=(div is None) if greedy else None, first_divergence=div, spec=spec)
+
+
+def combine_repeats(results: list[RunResult], k: int) -> RunResult:
+    """Repeats of one configuration (measure_run results at one k) as one: the medians of T_1, c_d, c_v, E[N] and the
+    measured speedup, predicted from the median terms, [min, max] ranges, every repeat kept; alpha and the decode are
+    the first repeat's (greedy repeats decode the same tokens), equal_to_plain holds only if it held in every one."""
+    if not results:
+        raise ValueError("results must hold at least one RunResult, got none")
+    k = check_int("k", k, minimum=1)
+    repeats = tuple(r.repeat() for r in results)
+    summary = summarise_repeats(list(repeats), k)
+    flags = [r.equal_to_plain for r in results]
+    divs = [r.first_divergence for r in results if r.first_divergence is not None]
+    return dataclasses.replace(results[0], **summary, repeats=repeats, first_divergence=min(divs, default=None),
+                               equal_to_plain=None if None in flags else all(flags))
 
 
 class _Clock:

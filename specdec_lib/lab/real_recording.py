@@ -2,9 +2,9 @@
 
 `benchmarks/measure_real.py --json PATH` times the real pair (every task, draft, k, temperature, dtype and
 fp32 matrix-multiply path), transformers' own generate beside our loop, and block-versus-incremental numerics;
-it writes `dataclasses.asdict` of a RealRecording plus "schema": 1. load_real_recording checks every field's
-name and type before building the dataclasses, so a stale or hand-edited file fails naming the field; the run
-committed as package data is read once by real_recorded(). Nothing here imports transformers or times anything.
+it writes `dataclasses.asdict` of a RealRecording plus "schema": 2 (a schema-1 file, one run per configuration, is
+read with no repeats). load_real_recording checks every field's name and type before building the dataclasses, so a
+stale or hand-edited file fails naming the field; real_recorded() reads the committed run once. Times nothing.
 """
 from __future__ import annotations
 
@@ -13,14 +13,16 @@ import json
 import pathlib
 import types
 import typing
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from importlib import resources
+
+from .real_terms import RunRepeat, check_repeats
 
 __all__ = ["REAL_REFERENCE_PATH", "SCHEMA", "ModelFile", "ModelManifest", "RealRun", "CvPoint", "HFRun",
            "NumericsRow", "RealRecording", "load_checked", "load_real_recording", "real_recorded"]
 
 REAL_REFERENCE_PATH = pathlib.Path(str(resources.files("specdec_lib") / "data" / "real_pair_reference.json"))
-SCHEMA = 1  # the version of the JSON layout this reader understands
+SCHEMA = 2  # the version of the JSON layout this reader understands (1, before repeats, is read too)
 CHOICES = {  # fields whose value is one of a few names
     "role": ("target", "draft"), "draft": ("model", "lookup", "table", "plain"), "dtype": ("float32", "bfloat16"),
     "matmul": ("default", "onednn"), "mode": ("assistant", "lookup"),
@@ -60,15 +62,17 @@ class RealRun:
     dtype: str  # "float32" | "bfloat16"
     matmul: str  # "default" | "onednn"
     n_new: int
-    T_1: float  # seconds per plain decode step
+    T_1: float  # seconds per plain decode step (with repeats: this and c_d, c_v, e_n, measured are medians)
     c_d: float  # D(k) / (k T_1)
     c_v: float  # V(k) / T_1
-    e_n: float  # E[N]: tokens per round
-    alpha: list[float | None]  # conditional acceptance by position 1..k (None: never reached)
+    e_n: float  # E[N]: tokens committed per round (the last round cut at n_new; real_terms.round_counts)
+    alpha: list[float | None]  # conditional acceptance by position 1..k (None: never reached); every round in full
     predicted: float  # E[N] / (k c_d + c_v)
     measured: float  # speculative tokens/s over plain tokens/s
-    equal_to_plain: bool | None  # greedy: output == plain greedy token for token; None when sampling
+    equal_to_plain: bool | None  # greedy: output == plain greedy token for token (every repeat); None when sampling
     first_divergence: int | None  # first token that differs from plain greedy; None if equal or sampling
+    repeats: list[RunRepeat] = field(default_factory=list)  # each repeat's own terms; empty: one run
+    ranges: dict[str, list[float]] = field(default_factory=dict)  # field -> [min, max] over the repeats
 
 
 @dataclass(frozen=True)
@@ -134,8 +138,7 @@ class RealRecording:
     @property
     def fp32_matmul(self) -> str:
         """The fp32 matrix-multiply path the run chose: machine["fp32_matmul"], else the fp32 runs' only path."""
-        chosen = self.machine.get("fp32_matmul")
-        if chosen in CHOICES["matmul"]:
+        if (chosen := self.machine.get("fp32_matmul")) in CHOICES["matmul"]:
             return chosen
         paths = list(dict.fromkeys(r.matmul for r in self.runs if r.dtype == "float32"))
         return "onednn" if "onednn" in paths else (paths[0] if paths else "default")
@@ -259,24 +262,33 @@ def _check_consistent(rec: RealRecording) -> None:
             raise ValueError(f"runs[{i}].alpha must hold k = {r.k} rates by position, got {len(r.alpha)}")
         if r.measured <= 0 or r.predicted <= 0:
             raise ValueError(f"runs[{i}].measured and .predicted must be > 0, got {r.measured}, {r.predicted}")
+        check_repeats(r, f"runs[{i}]")
 
 
-def load_checked(cls, path, *, schema: int, choices: dict = CHOICES):
-    """cls built from the JSON object in path (every field checked by name, type and choices), whose "schema" must
-    be schema; each real-target recording's reader starts here."""
+def load_checked(cls, path, *, schema: int, choices: dict = CHOICES, upgrades: dict | None = None):
+    """cls from the JSON object in path (every field checked by name, type and choices), whose "schema" is schema or
+    a key of upgrades (an older layout -> a function returning its dict in this one's); every real reader's start."""
     if not isinstance(path, (str, pathlib.Path)):
         raise TypeError(f"path must be a str or pathlib.Path, got {type(path).__name__}")
     data = json.loads(pathlib.Path(path).read_text())
     if not isinstance(data, dict):
         raise TypeError(f"path must hold a JSON object (a {cls.__name__}), got {type(data).__name__} in {path}")
-    if data.get("schema") != schema:
-        raise ValueError(f"schema must be {schema}, got {data.get('schema')!r} in {path}")
+    upgrades = {schema: lambda d: d, **(upgrades or {})}
+    if data.get("schema") not in upgrades:
+        raise ValueError(f"schema must be {' or '.join(map(str, upgrades))}, got {data.get('schema')!r} in {path}")
+    data = upgrades[data["schema"]](data)
     return _build(cls, {n: v for n, v in data.items() if n != "schema"}, "recording", choices)
 
 
+def _one_run_each(data: dict) -> dict:  # a schema-1 recording (one run per configuration) in schema 2's layout
+    runs = data.get("runs")  # a run that is not a dict, or runs not a list, is left for _build to name
+    return dict(data, runs=[dict(r, repeats=[], ranges={}) if isinstance(r, dict) else r for r in runs]) \
+        if isinstance(runs, list) else data
+
+
 def load_real_recording(path: str | pathlib.Path = REAL_REFERENCE_PATH) -> RealRecording:
-    """The RealRecording in a JSON file written by `benchmarks/measure_real.py --json PATH` (schema 1)."""
-    rec = load_checked(RealRecording, path, schema=SCHEMA)
+    """The RealRecording in a JSON file written by `benchmarks/measure_real.py --json PATH` (schema 2, or 1)."""
+    rec = load_checked(RealRecording, path, schema=SCHEMA, upgrades={1: _one_run_each})
     _check_consistent(rec)
     return rec
 

