@@ -148,8 +148,9 @@ _OPTIMAL = [
                 "rejection_sample_method='block', PR #46781)", DecoderSpec(verifier="block"), exact=True,
                 origin="paper", chapter="optimal verification"),
     FailureMode("block_verification_naive", "vllm-ascend's wrong port as its kernel reads a sampled draft (the "
-                "NO_DRAFT_PROBS=False branch, which no caller reached): p_i kept, but row i passes iff the running "
-                "product of the uniforms is <= p_i (no h_i), then the ordinary residual max(P - Q, 0)",
+                "NO_DRAFT_PROBS=False branch, which no caller reached): the running weight pi_i kept, but row i "
+                "passes iff the running product of the uniforms is <= pi_i (no h_i), then the ordinary residual "
+                "max(P - Q, 0)",
                 f"{_ASCEND} vllm_ascend/ops/triton/reject_sample.py rejection_random_sample_block_verify_kernel "
                 "@ 8763953 (PR #5542; unchanged @ 66d966b; fixed by PR #7808 @ 2f4d55e, issue #7807; first proposed "
                 "in PR #3794): what the kernel would do if a caller passed draft probabilities; every caller passed "
@@ -157,8 +158,8 @@ _OPTIMAL = [
                 "shipped form is block_verification_naive_argmax", DecoderSpec(verifier="block_naive"),
                 chapter="optimal verification"),
     FailureMode("block_verification_naive_argmax", "vllm-ascend's wrong port as it ran: a one-hot draft (the draft's "
-                "argmax) read with draft probability 1, so p_i is the product of P_j(X_j); row i passes iff "
-                "eta_1 ... eta_i <= p_i, the last passing row wins, and a stop draws P without the rejected draft",
+                "argmax) read with draft probability 1, so pi_i is the product of P_j(X_j); row i passes iff "
+                "eta_1 ... eta_i <= pi_i, the last passing row wins, and a stop draws P without the rejected draft",
                 f"{_ASCEND} vllm_ascend/ops/triton/reject_sample.py rejection_random_sample_block_verify_kernel "
                 "NO_DRAFT_PROBS branch and sample_recovered_tokens_kernel @ 8763953 (PR #5542), called with "
                 "draft_probs=None by vllm_ascend/worker/model_runner_v1.py _sample @ 8763953; drafts logits.argmax in "
