@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         lookahead_rows.append({"task": task, "window": W, "ngram": N, "guesses": G, "nodes": t.nodes[0],
                                "T_1": t.T_1, "c_d": t.c_d[0], "c_v": t.c_v[0], "e_n": t.e_n[0],
                                "predicted": t.predicted[0], "measured": t.measured[0], "equal_to_plain": equal})
-        print(f"{task:<5} lookahead W{W} N{N} G{G}  up to {t.nodes[0]} nodes  c_d {t.c_d[0]:.3f}  c_v {t.c_v[0]:.3f}  "
+        print(f"{task:<5} lookahead W{W} n{N} G{G}  up to {t.nodes[0]} nodes  c_d {t.c_d[0]:.3f}  c_v {t.c_v[0]:.3f}  "
               f"E[N] {t.e_n[0]:.2f}  pred {t.predicted[0]:.2f}  meas {t.measured[0]:.2f}  equal to plain: {equal}",
               flush=True)
     seconds = round(time.perf_counter() - t0, 1)

@@ -28,7 +28,7 @@ CHAINS = {"target": ("exit1", "exit2", "exit3", "medusa", "eagle", "draft", "dra
           "target_ee": ("exit1", "exit2", "exit3")}
 KS = {"medusa": [1, 2, 3, 4]}  # at most one proposal per head; every other draft: --ks
 MEDUSA_TREES = [(1,), (2,), (4,), (2, 2), (4, 2), (3, 2, 1), (4, 2, 2, 1)]
-LOOKAHEAD = [(4, 3, 4), (4, 4, 4), (6, 4, 6)]  # (window W, n-gram size N, guesses G)
+LOOKAHEAD = [(4, 3, 4), (4, 4, 4), (6, 4, 6)]  # (window W, n-gram size n, guesses G)
 TEMPERATURES = (0.0, 1.0)
 
 
@@ -39,7 +39,7 @@ def tree_runs(target, prompts, plan, temperature, bar):
     out = [sd.lab.measure_trees(decoder, heads, prompts, MEDUSA_TREES, rule=rule, plan=plan,
                                 temperature=temperature, on_pair=bar.update) for rule in rules]
     for W, N, G in LOOKAHEAD:
-        drafter = sd.lab.LookaheadDraft(target.vocab, window=W, ngram=N, guesses=G, name=f"lookahead W{W} N{N} G{G}")
+        drafter = sd.lab.LookaheadDraft(target.vocab, window=W, ngram=N, guesses=G, name=f"lookahead W{W} n{N} G{G}")
         out.append(sd.lab.measure_trees(target, drafter, prompts, [None], rule="onehot_sequential", plan=plan,
                                         temperature=temperature, on_pair=bar.update))
     return out

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_choice
+from ._checks import check_choice, check_pair, check_token_ids
 from .multidraft_coupled import Hub, KSeq, coupled_draw, coupled_outcomes
 from .multidraft_draws import DRAWS, count_outcomes, draft_outcomes, draw_drafts, top_order
 from .sampling import accept_ratio, residual_weights, sample_rows
 
 __all__ = ["DRAWS", "STAGE_Q", "FINALS", "Stages", "Walk", "KSeq", "Hub", "Verifier", "top_order", "count_outcomes",
            "draft_outcomes", "without", "remove_tokens", "stage_q", "next_target", "pick", "stage", "final_target",
-           "NodeOutcomes", "node_outcomes", "StepLaw", "step_law", "draw_drafts", "distinct", "StepDraw", "step_sample",
-           "step_verify"]
+           "NodeOutcomes", "node_outcomes", "StepLaw", "step_law", "named_law", "draw_drafts", "distinct", "StepDraw",
+           "step_sample", "step_verify"]
 
 STAGE_Q = ("q", "q_i", "q_next", "onehot")  # q itself | q without the earlier drafts | q_i without x_i too | e_{x_i}
 FINALS = ("current", "first_residual")  # all rejected: the last target | norm([p - q]_+), whatever happened
@@ -175,6 +175,23 @@ def step_law(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Ver
     o = node_outcomes(p, q, num_drafts=num_drafts, verifier=verifier)
     kept = torch.zeros(o.drafts.shape[0], p.numel(), dtype=torch.float64).scatter_add_(1, o.drafts, o.chance)
     return StepLaw(kept=o.weight @ kept, fallback=o.weight @ o.fallback)
+
+
+def named_law(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, *, verifier: Verifier) -> StepLaw:
+    """The exact law of one step whose drafts are named outright (distinct tokens (k,)) and tested in the order
+    given; q is what a Stages verifier divides by. step_law's "top" scheme is the case drafts = q's top tokens, in
+    q's order with ties by token id; here any order can be asked for."""
+    p, q = check_pair(p, q)
+    X = check_token_ids("drafts", drafts, p.numel(), dims=1, allow_empty=False)[None]  # (1, k)
+    if X.unique().numel() != X.numel():
+        raise ValueError(f"drafts must be distinct tokens, got {X[0].tolist()}")
+    if isinstance(verifier, (KSeq, Hub)):
+        raise TypeError(f"verifier must be a Stages or Walk verifier (a coupled one draws its own drafts), got "
+                        f"{type(verifier).__name__}")
+    p, q = p.double(), q.double()
+    chance, fallback = _walk_outcomes(p, X) if isinstance(verifier, Walk) else _stages_outcomes(p, q, X, verifier)
+    kept = torch.zeros(1, p.numel(), dtype=torch.float64).scatter_add_(1, X, chance)  # (1, V)
+    return StepLaw(kept=kept[0], fallback=fallback[0])
 
 
 def distinct(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

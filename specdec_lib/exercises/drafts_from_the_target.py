@@ -16,9 +16,10 @@ from ..multidraft_rules import step_law
 from ._report import Grade, Stop, call, run
 
 __all__ = ["grade_choose_exit", "grade_tree_rule", "exit_cases", "recorded_exits", "TreeDraft", "TREE_CASES",
-           "TREE_RULES", "tree_fit", "K_MAX"]
+           "TREE_RULES", "tree_fit", "K_MAX", "PLAIN"]
 
-K_MAX = 8  # the draft lengths choose_exit may pick from: 1 .. K_MAX
+K_MAX = 8  # the draft lengths choose_exit may pick from: 1 .. K_MAX, or k = 0 (plain decoding, S = 1)
+PLAIN = (None, 0)  # choose_exit's answer when no exit beats plain decoding
 TOL = 1e-9
 TREE_RULES = tuple(name for name, r in RULES.items() if r.nested)  # sd.lab.TREE_RULES: rules a tree node can use
 
@@ -67,10 +68,15 @@ def exit_cases() -> tuple:
     return tuple(out)
 
 
-def _best(layers: dict, c_v) -> tuple[float, list[tuple[int, int]]]:
-    """The largest predicted S over layers and k = 1 .. K_MAX, and every (L, k) within TOL of it."""
-    grid = {(L, k): best_k(a, c_d=c_d, c_v=c_v, k_max=K_MAX).speedups[k]
+def _grid(layers: dict, c_v) -> dict:
+    """{(L, k): predicted S} over layers and k = 1 .. K_MAX."""
+    return {(L, k): best_k(a, c_d=c_d, c_v=c_v, k_max=K_MAX).speedups[k]
             for L, (c_d, a) in layers.items() for k in range(1, K_MAX + 1)}
+
+
+def _best(layers: dict, c_v) -> tuple[float, list]:
+    """The largest predicted S over plain decoding (S = 1) and every (L, k), and every choice within TOL of it."""
+    grid = {PLAIN: 1.0, **_grid(layers, c_v)}
     top = max(grid.values())
     return top, [lk for lk, s in grid.items() if s >= top - TOL]
 
@@ -81,36 +87,57 @@ def _mistakes(layers: dict, c_v) -> dict[str, tuple[int, int]]:
     cheapest = min(layers, key=lambda L: layers[L][0])
     no_c_v = max(((L, k) for L in layers for k in range(1, K_MAX + 1)),
                  key=lambda lk: best_k(layers[lk[0]][1], c_d=layers[lk[0]][0], c_v=1e-9, k_max=K_MAX).speedups[lk[1]])
+    grid = _grid(layers, c_v)
     return {"the exit with the highest α, whatever its draft costs": (deepest, best_k(layers[deepest][1],
             c_d=layers[deepest][0], c_v=c_v, k_max=K_MAX).k or 1),
             "the cheapest exit, whatever it accepts": (cheapest, best_k(layers[cheapest][1], c_d=layers[cheapest][0],
                                                                           c_v=c_v, k_max=K_MAX).k or 1),
-            "a choice that leaves out c_v(k), the verification pass": no_c_v}
+            "a choice that leaves out c_v(k), the verification pass": no_c_v,
+            "the best (L, k) with k >= 1, though no exit beats plain decoding (S(0) = 1: return (None, 0))":
+                max(grid, key=grid.get)}
+
+
+def _speedup(got, layers: dict, c_v) -> float:
+    """The predicted S of a valid choice: 1 for plain decoding."""
+    if got == PLAIN:
+        return 1.0
+    c_d, a = layers[got[0]]
+    return best_k(a, c_d=c_d, c_v=c_v, k_max=K_MAX).speedups[got[1]]
+
+
+def _check_choice(got, layers: dict, what: str) -> None:
+    """Stop unless got is (L, k) with L an exit and k in 1 .. K_MAX, or (None, 0)."""
+    if not (isinstance(got, tuple) and len(got) == 2 and (got == PLAIN or all(isinstance(x, int) for x in got))):
+        raise Stop(f"choose_exit must return a tuple (L, k) of two ints, or (None, 0) for plain decoding, got {got!r} "
+                   f"(on {what})")
+    if got != PLAIN and got[1] == 0:
+        raise Stop(f"(L, k) = {got}: k = 0 is plain decoding, where no exit runs; return (None, 0) (on {what})")
+    if got != PLAIN and (got[0] not in layers or not 1 <= got[1] <= K_MAX):
+        raise Stop(f"(L, k) = {got} is not a choice: L must be one of {sorted(layers)} and k in 1 .. {K_MAX}, or "
+                   f"(None, 0) for plain decoding (on {what})")
 
 
 def grade_choose_exit(choose_exit, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 9.1: choose_exit(layers {L: (c_d, alpha)}, c_v) -> (L, k), k in 1 .. K_MAX, with the largest
-    predicted speedup E[N] / (k c_d + c_v(k))."""
+    predicted speedup E[N] / (k c_d + c_v(k)), or (None, 0) when none beats plain decoding (S = 1)."""
     def body(fn, report):
+        plain = 0
         for what, layers, c_v in exit_cases():
             got = call(fn, dict(layers), c_v, on=what)
-            if not (isinstance(got, tuple) and len(got) == 2 and all(isinstance(x, int) for x in got)):
-                raise Stop(f"choose_exit must return a tuple (L, k) of two ints, got {got!r} (on {what})")
-            L, k = got
-            if L not in layers or not 1 <= k <= K_MAX:
-                raise Stop(f"(L, k) = {got} is not a choice: L must be one of {sorted(layers)} and k in 1 .. {K_MAX} "
-                           f"(on {what})")
+            _check_choice(got, layers, what)
             top, best = _best(layers, c_v)
-            c_d, a = layers[L]
-            s = best_k(a, c_d=c_d, c_v=c_v, k_max=K_MAX).speedups[k]
+            plain += best == [PLAIN]
+            s = _speedup(got, layers, c_v)
             if s < top - TOL:
                 hits = [name for name, lk in _mistakes(layers, c_v).items() if lk == got and lk not in best]
                 why = f": {'; or '.join(hits)}" if hits else ""
-                raise Stop(f"on {what}: (L, k) = {got} predicts S = {s:.4f}, but {best[0]} predicts {top:.4f}{why}. "
-                           f"Each exit's S(k) = (1 - α^(k+1)) / (1 - α) / (k c_d + c_v(k)); the best exit is the best "
-                           f"(L, k) pair, not the best α or the smallest c_d (c_v(k) = {c_v_at(c_v, k):.3f} here)")
+                named = "plain decoding (None, 0)" if best[0] == PLAIN else str(best[0])
+                raise Stop(f"on {what}: (L, k) = {got} predicts S = {s:.4f}, but {named} predicts {top:.4f}{why}. "
+                           f"Each exit's S(k) = (1 - α^(k+1)) / (1 - α) / (k c_d + c_v(k)), and plain decoding's is 1; "
+                           f"the best choice is the best (L, k) pair, or none, not the best α or the smallest c_d "
+                           f"(c_v(k) = {c_v_at(c_v, max(1, got[1])):.3f} here)")
         report.note(f"the best (L, k) on {len(exit_cases())} cases: the recorded exits of notebook 09 (both targets, "
-                    "greedy and sampled) and three made-up models")
+                    f"greedy and sampled) and three made-up models; on {plain} of them plain decoding, (None, 0)")
     return run("choose_exit", body, choose_exit, raise_on_failure=raise_on_failure, verbose=verbose)
 
 

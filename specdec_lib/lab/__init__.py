@@ -43,7 +43,7 @@ from .ngram import NGramTable, SparseNGramTable, build_ngram, build_sparse_ngram
 from .real_recording import RealRecording, RealRun, load_real_recording, real_recorded
 from .real_self_recording import RealSelfRecording, load_real_self_recording, real_self_recorded
 from .recording import Recording, load_recording, recorded
-from .self_recording import SelfRecording, load_self_recording, self_recorded
+from .self_recording import SelfRecording, load_self_recording, self_recorded, split_best_k
 from .transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
 from .tree_attention import (
     FlatTree,
@@ -71,5 +71,6 @@ __all__ = [
     "EarlyExitDraft", "SharedCache", "exit_logits", "load_target", "FeatureCache", "FeatureTarget", "MedusaDraft",
     "MedusaHeads", "medusa", "load_heads", "TREE_RULES", "DraftTree", "generate_tree", "LookaheadDraft",
     "TreeTable", "measure_trees", "time_tree_terms", "EagleDraft", "EagleDrafter", "eagle", "SelfRecording",
-    "load_self_recording", "self_recorded", "RealSelfRecording", "load_real_self_recording", "real_self_recorded",
+    "load_self_recording", "self_recorded", "split_best_k", "RealSelfRecording", "load_real_self_recording",
+    "real_self_recorded",
 ]

@@ -21,8 +21,11 @@ this one copies the prompt's tokens in order (LADE's order_copy_from), with no h
 What is exact: the iterates are argmax picks (LADE: TEMP_FOR_GUESS = 0), so every guess is a function of the
 committed text alone, named outright, with no law it was drawn from. Verified greedily, the output is plain greedy
 decoding; under sampling, by a one-hot rule (onehot_sequential, onehot_walk: keep x with the target's own
-probability, else drop it from p), the output's law is the target's. A ratio rule min(1, p/q) needs a q the guesses
-were drawn from; there is none, and dividing by an invented one is not exact (the tests show how far off it lands).
+probability, else drop it from p), the output's law is the target's. A guess named outright is a point mass, and the
+ratio rule min(1, p/q) with q = 1 is that one-hot rule; LADE's sampling loop (jacobi_sample_multilevel, added in
+f7bca84, @eed010da9c7b1867912675d480feec5629e0c2d0 lines 506-526) tests its guesses so: prob_accept =
+min(1, probs_next[draft_guess]) ("prob_draft is 1"), a rejected guess zeroed and the rest renormalised. Dividing by an
+invented q spread over the guesses is not exact (the tests show how far off it lands).
 """
 from __future__ import annotations
 

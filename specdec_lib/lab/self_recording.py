@@ -10,15 +10,17 @@ from __future__ import annotations
 import functools
 import json
 import pathlib
+import statistics
 from dataclasses import dataclass
 from importlib import resources
 
-from .._checks import check_choice
+from .._checks import check_choice, check_int
 from .recording import beside_runs
 from .speedup_table import SpeedupTable
 from .tree_measure import TreeTable
 
-__all__ = ["SELF_REFERENCE_PATH", "ChainRun", "TreeRun", "SelfRecording", "load_self_recording", "self_recorded"]
+__all__ = ["SELF_REFERENCE_PATH", "ChainRun", "TreeRun", "SelfRecording", "BestSpeed", "SplitChoice", "split_best_k",
+           "load_self_recording", "self_recorded"]
 
 SELF_REFERENCE_PATH = pathlib.Path(str(resources.files("specdec_lib") / "data" / "self_drafts_reference.json"))
 
@@ -33,8 +35,81 @@ class ChainRun:
 
     @property
     def best(self) -> int:
-        """Index of the k with the largest measured speedup."""
+        """Index of the k with the largest measured speedup (the median over repeats: this choice favours a k whose
+        repeats ran fast by chance, so the S there is biased upward; split_best_k chooses and reports apart)."""
         return max(range(len(self.table.ks)), key=lambda i: self.table.measured[i])
+
+    def best_speed(self) -> BestSpeed:
+        """The measured S at the best k, with its range over the repeats."""
+        t, i = self.table, self.best
+        low, high = t.measured_range[i]
+        return BestSpeed(draft=t.draft, target=self.target, temperature=self.temperature, k=t.ks[i],
+                         median=t.measured[i], low=low, high=high)
+
+    def split(self, *, choose: tuple[int, ...] = (0, 2, 4), report: tuple[int, ...] = (1, 3)) -> SplitChoice:
+        """split_best_k on this run's per-repeat speedups (ValueError when the recording kept none)."""
+        if not self.table.repeat_speeds:
+            raise ValueError(f"the {self.table.draft} table keeps no per-repeat speedups (only medians and ranges): "
+                             "re-record with `make measure-self` to choose k on some repeats and report others")
+        return split_best_k(self.table.ks, self.table.repeat_speeds, choose=choose, report=report)
+
+
+@dataclass(frozen=True)
+class BestSpeed:
+    """One chain run at its best k: the median measured speedup over the repeats and its range [low, high]."""
+
+    draft: str
+    target: str
+    temperature: float
+    k: int
+    median: float
+    low: float
+    high: float
+
+    def within_noise(self, other: BestSpeed) -> bool:
+        """True when the two ranges overlap: the recording cannot rank the two."""
+        return self.low <= other.high and other.low <= self.high
+
+    def beats(self, other: BestSpeed) -> bool:
+        """True when every repeat of self ran faster than every repeat of other (the ranges do not overlap)."""
+        return self.low > other.high
+
+
+@dataclass(frozen=True)
+class SplitChoice:
+    """k chosen on some repeats, its speedup reported on the others: an estimate the choice did not inflate."""
+
+    k: int
+    chosen: float  # the median S at k over the repeats that chose it (biased upward, like any best-of)
+    reported: float  # the median S at k over the other repeats
+    reported_range: tuple[float, float]
+
+
+def split_best_k(ks: list[int], repeat_speeds: list[list[float]], *, choose: tuple[int, ...] = (0, 2, 4),
+                 report: tuple[int, ...] = (1, 3)) -> SplitChoice:
+    """The k with the largest median S over the repeats `choose`, and its S over the repeats `report`.
+
+    repeat_speeds[i][r] is repeat r's measured speedup at ks[i]. Choosing k as the argmax over every repeat and then
+    reporting those same repeats favours a k that was lucky; the repeats that report never voted."""
+    if len(ks) == 0 or len(repeat_speeds) != len(ks):
+        raise ValueError(f"repeat_speeds must hold one list per k ({len(ks)}), got {len(repeat_speeds)}")
+    n = len(repeat_speeds[0])
+    if any(len(row) != n for row in repeat_speeds):
+        raise ValueError("repeat_speeds must hold the same number of repeats at every k")
+    for name, rs in (("choose", choose), ("report", report)):
+        if not rs:
+            raise ValueError(f"{name} must name at least one repeat")
+        for r in rs:
+            check_int(f"{name}[...]", r, minimum=0)
+            if r >= n:
+                raise ValueError(f"{name} must name repeats 0 .. {n - 1}, got {r}")
+    if set(choose) & set(report):
+        raise ValueError(f"choose and report must not share a repeat, got {sorted(set(choose) & set(report))}")
+    med = statistics.median
+    i = max(range(len(ks)), key=lambda j: med(repeat_speeds[j][r] for r in choose))  # ties: the smaller index
+    shown = [repeat_speeds[i][r] for r in report]
+    return SplitChoice(k=ks[i], chosen=med(repeat_speeds[i][r] for r in choose), reported=med(shown),
+                       reported_range=(min(shown), max(shown)))
 
 
 @dataclass(frozen=True)
@@ -71,6 +146,15 @@ class SelfRecording:
         have = sorted({(r.table.draft, r.table.rule, r.target, r.temperature) for r in self.trees})
         raise ValueError(f"(draft, rule, target, temperature) must be one of {have}; "
                          f"got {(draft, rule, target, temperature)}")
+
+    def best_speeds(self, *, temperature: float = 1.0) -> list[BestSpeed]:
+        """Every chain run at temperature, at its best k, with the range of its repeats there."""
+        return [run.best_speed() for run in self.chains if run.temperature == temperature]
+
+    @property
+    def keeps_repeats(self) -> bool:
+        """Whether every chain table keeps each repeat's speedup (recordings before issue 37 keep only the range)."""
+        return all(run.table.repeat_speeds for run in self.chains)
 
     def drafts(self, *, target: str = "target", temperature: float = 1.0) -> list[str]:
         """The chain drafts recorded on target at temperature, in order."""

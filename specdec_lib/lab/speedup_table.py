@@ -42,6 +42,7 @@ class SpeedupTable:
     pairs: int  # plain/speculative pairs per k
     draft: str = "draft"  # the drafter's name
     beside: tuple[VerifierRun, ...] = ()  # other verifiers on the same pairs (the columns above: the token rule)
+    repeat_speeds: list[list[float]] = field(default_factory=list)  # per k, each repeat's measured S ([]: not kept)
 
     @property
     def rel_error(self) -> list[float]:
@@ -180,4 +181,5 @@ def summarize(ks: list[int], terms: PairTerms, verifiers: dict[str, VerifierTota
                         measured=[med(sp) for sp in speed], measured_range=[(min(sp), max(sp)) for sp in speed],
                         overhead=overhead, plain_step=med(terms.plain_step),
                         T_1_range=(min(terms.T_1), max(terms.T_1)), repeats=len(runs.totals), pairs=pairs,
-                        draft=draft, beside=tuple(v.run(name) for name, v in verifiers.items() if name != "token"))
+                        draft=draft, beside=tuple(v.run(name) for name, v in verifiers.items() if name != "token"),
+                        repeat_speeds=speed)

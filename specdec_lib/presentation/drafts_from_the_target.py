@@ -33,7 +33,8 @@ def _rec(recording: SelfRecording | None) -> SelfRecording:
 
 
 def plane_points(recording: SelfRecording | None = None, *, temperature: float = 1.0) -> list[dict]:
-    """Each chain run at its best measured k: draft, target, k, c_d, alpha (fitted to E[N]), E[N], measured S."""
+    """Each chain run at its best measured k: draft, target, k, c_d, alpha (fitted to E[N]), E[N], measured S and
+    its range over the repeats there (smallest, largest)."""
     out = []
     for run in _rec(recording).chains:
         if run.temperature != temperature:
@@ -41,7 +42,7 @@ def plane_points(recording: SelfRecording | None = None, *, temperature: float =
         t, i = run.table, run.best
         out.append({"draft": t.draft, "target": run.target, "k": t.ks[i], "c_d": t.c_d[i], "e_n": t.e_n[i],
                     "alpha": alpha_from_tokens(t.e_n[i], t.ks[i]), "measured": t.measured[i],
-                    "predicted": t.predicted[i]})
+                    "range": tuple(t.measured_range[i]), "predicted": t.predicted[i]})
     return out
 
 
@@ -147,8 +148,9 @@ def plot_heads(num_heads: int = 4, *, temperature: float = 1.0, recording: SelfR
     ax.set_ylabel("E[N] (tokens per round)")
     ax.legend(fontsize=7, loc="lower right")
     j = max(range(len(ks)), key=lambda i: chain.measured[i])
+    lo, hi = chain.measured_range[j]
     text = (f"{num_heads} head(s): the chain's best k = {ks[j]}, E[N] {chain.e_n[j]:.2f}, c_v {chain.c_v[j]:.2f}, "
-            f"S {chain.measured[j]:.2f}; " + "; ".join(lines))
+            f"S {chain.measured[j]:.2f} [{lo:.2f}, {hi:.2f}]; " + "; ".join(lines))
     return fig, text
 
 

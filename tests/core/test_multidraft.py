@@ -241,3 +241,30 @@ def test_acceptance_table_is_every_rule_by_num_drafts():
     assert table["rrs"][1] == sd.multidraft.multidraft_accept_probability(p, q, num_drafts=2, rule="rrs")
     with pytest.raises(ValueError, match="max_drafts must be >= 1"):
         acceptance_table(p, q, max_drafts=0)
+
+
+def test_named_law_tests_the_drafts_in_the_order_given():
+    from specdec_lib.multidraft_rules import named_law, step_law
+    g = torch.Generator().manual_seed(3)  # notebook 09's node: a target row and a head's row over 6 tokens
+    p = torch.softmax(1.5 * torch.randn(6, generator=g, dtype=torch.float64), 0)
+    q = torch.softmax(1.5 * torch.randn(6, generator=g, dtype=torch.float64), 0)
+    top = dataclasses.replace(RULES["mss"].verifier, draws="top")
+    onehot = dataclasses.replace(RULES["onehot_sequential"].verifier, draws="top")
+    for v in (top, onehot, RULES["onehot_walk"].verifier):  # q's own top order: step_law's "top" scheme, to 1e-12
+        want = step_law(p, q, num_drafts=3, verifier=dataclasses.replace(v, draws="top"))
+        got = named_law(p, q, sd.multidraft_rules.top_order(q)[:3], verifier=v)
+        assert (got.law - want.law).abs().max() < 1e-12 and abs(got.accept - want.accept) < 1e-12
+    guesses = sd.multidraft_rules.top_order(q)[:3]  # tokens 5, 1, 3
+    invented = torch.zeros_like(q).index_fill_(0, guesses, 1 / 3)  # a uniform q over named guesses: ties, id order
+    tv = {o: sd.total_variation(named_law(p, invented, torch.tensor(o), verifier=top).law, p) for o in
+          [(5, 1, 3), (1, 3, 5), (3, 5, 1)]}
+    assert abs(tv[(1, 3, 5)] - sd.total_variation(step_law(p, invented, num_drafts=3, verifier=top).law, p)) < 1e-12
+    assert min(tv.values()) > 0.1 and max(tv.values()) - min(tv.values()) > 0.1  # the order moves the error
+    for o in [(5, 1, 3), (1, 3, 5), (3, 5, 1)]:  # the one-hot rule is exact in every order
+        assert sd.total_variation(named_law(p, invented, torch.tensor(o), verifier=onehot).law, p) < 1e-12
+    with pytest.raises(ValueError, match="drafts must be distinct tokens"):
+        named_law(p, q, torch.tensor([1, 1]), verifier=top)
+    with pytest.raises(ValueError, match=r"drafts must hold token ids in \[0, 6\)"):
+        named_law(p, q, torch.tensor([1, 7]), verifier=top)
+    with pytest.raises(TypeError, match="verifier must be a Stages or Walk verifier"):
+        named_law(p, q, torch.tensor([1, 2]), verifier=RULES["kseq"].verifier)

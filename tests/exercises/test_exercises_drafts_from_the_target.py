@@ -20,11 +20,22 @@ def test_the_solutions_pass(capsys):
 # ---- Exercise 9.1: choose_exit -------------------------------------------------------------------------------------
 
 def test_the_expected_answer_and_the_recorded_cases():
-    assert NS["choose_exit"]({1: (0.2, 0.5), 2: (0.4, 0.7), 3: (0.6, 0.9)}, 1.8) == (3, 5)  # the notebook's line
+    layers = {1: (0.2, 0.5), 2: (0.4, 0.7), 3: (0.6, 0.9)}
+    assert NS["choose_exit"](layers, 1.8) == (None, 0)  # the notebook's line: the best pair, (3, 5), predicts < 1
+    assert sd.speedup(0.9, c_d=0.6, k=5, c_v=1.8) == pytest.approx(0.976, abs=5e-4)
+    assert NS["choose_exit"](layers, 1.2) == (3, 3)  # a cheaper pass: speculate
     cases = dft.exit_cases()
     assert len(cases) == 7 and all(set(layers) == {1, 2, 3} for _, layers, _ in cases[:4])
-    picks = {NS["choose_exit"](layers, c_v)[0] for _, layers, c_v in cases}
-    assert len(picks) >= 2  # the cases do not all want one exit: a constant answer cannot pass
+    picks = [NS["choose_exit"](layers, c_v) for _, layers, c_v in cases]
+    assert len({L for L, _ in picks}) >= 3  # plain decoding and at least two exits: a constant answer cannot pass
+    assert sum(pick == dft.PLAIN for pick in picks) == 3  # the trained target's exits (both policies), the 1.8 pass
+
+
+def _speculate_anyway(layers, c_v):
+    """The best (L, k) over k >= 1 only: the exercise as first posed, which never says 'do not speculate'."""
+    grid = {(L, k): sd.best_k(a, c_d=c_d, c_v=c_v, k_max=8).speedups[k] for L, (c_d, a) in layers.items()
+            for k in range(1, 9)}
+    return max(grid, key=grid.get)
 
 
 def _deepest(layers, c_v):
@@ -45,6 +56,7 @@ def _no_c_v(layers, c_v):
     (_deepest, "the highest α, whatever its draft costs"),
     (_cheapest, "the cheapest exit, whatever it accepts"),
     (_no_c_v, "leaves out c_v(k)"),
+    (_speculate_anyway, "though no exit beats plain decoding"),
 ])
 def test_each_known_mistake_is_named(wrong, needle):
     failing(ex.grade_choose_exit, wrong, needle)
@@ -54,6 +66,8 @@ def test_bad_answers_are_read_in_words():
     failing(ex.grade_choose_exit, lambda layers, c_v: [3, 1], "must return a tuple (L, k) of two ints")
     failing(ex.grade_choose_exit, lambda layers, c_v: (9, 1), "is not a choice")
     failing(ex.grade_choose_exit, lambda layers, c_v: (min(layers), 9), "is not a choice")
+    failing(ex.grade_choose_exit, lambda layers, c_v: (min(layers), 0), "k = 0 is plain decoding")
+    failing(ex.grade_choose_exit, lambda layers, c_v: (None, 0), "predicts S = 1.0000, but")  # never speculating
 
 
 # ---- Exercise 9.2: tree_rule ------------------------------------------------------------------------------------

@@ -160,4 +160,4 @@ def test_the_real_target_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
     assert rec.tiny and rec.tasks == ["code", "edit"] and rec.n_new == 8
     assert [(r.cache, r.k) for r in rec.exits] == [("own", 4), ("shared", 1), ("shared", 4)] * 2
     assert all(r.equal_to_plain for r in rec.exits) and all(r.equal_to_plain for r in rec.lookahead)
-    assert "lookahead W4 N3 G4" in capsys.readouterr().out
+    assert "lookahead W4 n3 G4" in capsys.readouterr().out

@@ -49,6 +49,8 @@ def test_measure_speedup_is_consistent_with_its_own_terms(tiny, policy):
         assert t.predicted[i] == pytest.approx(t.e_n[i] / (k * t.c_d[i] + t.c_v[i]))
         lo, hi = t.measured_range[i]
         assert 0 < lo <= t.measured[i] <= hi
+        assert len(t.repeat_speeds[i]) == 2  # each repeat's S is kept: the median and range are read off them
+        assert min(t.repeat_speeds[i]) == lo and max(t.repeat_speeds[i]) == hi
         assert t.c_d[i] > 0 and t.c_v[i] > 0
     assert t.T_1_range[0] <= t.T_1 <= t.T_1_range[1]
     assert len(t.alpha) == ks[-1] and all(a is None or 0 <= a <= 1 for a in t.alpha)
