@@ -20,7 +20,8 @@
 #                    rewrites specdec_lib/data/self_drafts_reference.json, which notebook 09 reads (MEASURE_SELF_ARGS)
 #   make real-pair   fetch or locate the real pair (Qwen2.5-Coder-1.5B/-0.5B-Instruct), verify, convert once into
 #                    ~/.cache/specdec (SPECDEC_CACHE; REAL_PAIR_ARGS="--help"; --small: the 0.5B alone, for 8 GB laptops)
-#   make measure-real  the real pair through the lab's loop against the clock and transformers (~70 min here; MEASURE_REAL_ARGS)
+#   make measure-real  the real pair through the lab's loop against the clock and transformers, greedy fp32 runs
+#                    repeated 3 times (~85 min here, estimated; MEASURE_REAL_ARGS="--repeats 1" for one pass)
 #   make measure-real-self  early exit and lookahead on the real target (~22 min); rewrites
 #                    specdec_lib/data/real_self_reference.json, which notebook 09 reads (MEASURE_REAL_SELF_ARGS)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
