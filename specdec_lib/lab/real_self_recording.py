@@ -102,7 +102,7 @@ class RealSelfRecording:
             lines.append(f"{r.task:<6}{name:<28}{r.k:>3}{r.c_d:>7.3f}{r.c_v:>7.3f}{r.e_n:>7.2f}{a1:>8}"
                          f"{r.predicted:>7.2f}{r.measured:>7.2f}  {r.equal_to_plain}")
         for r in self.lookahead:
-            name = f"lookahead W{r.window} N{r.ngram} G{r.guesses}"
+            name = f"lookahead W{r.window} n{r.ngram} G{r.guesses}"
             lines.append(f"{r.task:<6}{name:<28}{'-':>3}{r.c_d:>7.3f}{r.c_v:>7.3f}{r.e_n:>7.2f}{'-':>8}"
                          f"{r.predicted:>7.2f}{r.measured:>7.2f}  {r.equal_to_plain}")
         return "\n".join(lines)

@@ -248,7 +248,8 @@ def test_speculative_samples_the_exact_target_distribution(tiny, policy, kind, v
 
 
 # A flat pair and long blocks, where block verification's naive port (row i passes when eta_1 ... eta_i <= pi_i,
-# the ordinary residual: vllm-ascend's kernel fed a sampled draft) is far from exact: its first token's law is off by a TV of 0.37, above twice the bound
+# the ordinary residual: vllm-ascend's kernel fed a sampled draft) is far from exact: its first token's law is off
+# by a TV of 0.37, above twice the bound
 # tv_noise_bound(exact, 800) = 0.115 of the first token (4 outcomes), so its N samples fail the test whenever
 # they land within that bound of their own law (probability >= 1 - 1e-6, the bound's delta).
 BLOCK_K, BLOCK_HORIZON, BLOCK_N = 4, 1, 800

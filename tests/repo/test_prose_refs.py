@@ -55,6 +55,7 @@ ALLOWED = {  # a peer's file, cited next to its repository (and commit); not a f
     "eagle/model/cnets.py": "SafeAILab/EAGLE's draft network (class Model, its fc over cat(e, f)): lab/eagle.py",
     "eagle/model/ea_model.py": "SafeAILab/EAGLE's wrapper (the base model's post-norm hidden states): lab/eagle.py",
     "eagle/train/main.py": "SafeAILab/EAGLE's training loop (SmoothL1 + 0.1 x cross-entropy): lab/eagle.py",
+    "vllm_ascend/worker/model_runner_v1.py": "vllm-project/vllm-ascend's model runner (draft_probs=None): notebook 08",
 }
 
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
