@@ -263,8 +263,9 @@ def flat():
 
 
 @torch.no_grad()
-def _first_token_law(target, draft, *, naive: bool) -> torch.Tensor:
-    """Exact law (V,) of the first token block verification emits after PROMPT (every proposal block enumerated)."""
+def _first_token_law(target, draft, *, naive: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact law (V,) of the first token block verification emits after PROMPT (every proposal block enumerated),
+    and the target's row P_1 (V,) that this enumeration read (the same float32 pass, so the identity is exact)."""
     props = torch.cartesian_prod(*[torch.arange(V)] * BLOCK_K)  # (V^k, k)
     seqs = torch.cat([PROMPT.expand(len(props), len(PROMPT)), props], 1)
     p = policy_probs(target(seqs).double(), 1.0, None)[:, len(PROMPT) - 1:]  # (V^k, k+1, V)
@@ -276,7 +277,7 @@ def _first_token_law(target, draft, *, naive: bool) -> torch.Tensor:
                                                  naive=naive)
     first = first / first.sum(-1, keepdim=True)  # (V^k, V)
     kept = torch.zeros(len(props), V, dtype=torch.float64).scatter_(1, props[:, :1], 1.0)  # X_1 when tau >= 1
-    return (chance[:, None] * (stop[:, None] * first + (1 - stop[:, None]) * kept)).sum(0)
+    return (chance[:, None] * (stop[:, None] * first + (1 - stop[:, None]) * kept)).sum(0), p[0, 0]
 
 
 @pytest.mark.stat
@@ -304,8 +305,11 @@ def test_the_naive_block_port_fails_the_same_test(flat, monkeypatch):
     target, draft = flat
     exact = exact_continuations(target, PROMPT, BLOCK_HORIZON, temperature=1.0)
     bound = sd.tv_noise_bound(exact, BLOCK_N)
-    assert sd.total_variation(_first_token_law(target, draft, naive=False), exact) < 1e-12  # the rule: exact
-    assert sd.total_variation(_first_token_law(target, draft, naive=True), exact) > 2 * bound  # the port: not
+    (rule, p_1), (port, _) = (_first_token_law(target, draft, naive=naive) for naive in (False, True))
+    # the rule is exact on the rows it read: its first token has P_1's law to rounding; P_1 from this batched float32
+    # pass and the exact law from a pass over the prompt alone differ by float32 rounding only (kernels vary by CPU)
+    assert sd.total_variation(rule, p_1) < 1e-12 and sd.total_variation(p_1, exact) < 1e-6
+    assert sd.total_variation(port, exact) > 2 * bound  # the port: not
     monkeypatch.setattr(lab_accept, "_block_rule", _naive_block_rule)  # the lab's block path, naive port inside
     got = _empirical(target, _drafter("neural", draft), {"temperature": 1.0}, BLOCK_N, verifier="block", k=BLOCK_K,
                      horizon=BLOCK_HORIZON)
