@@ -15,6 +15,59 @@ def empirical(decode, *, vocab: int, horizon: int, n: int, seed: int = 0) -> tor
     return torch.bincount(codes, minlength=vocab ** horizon).double() / n  # (V^h,)
 
 
+def empirical_with_first_rounds(decode, *, k: int, vocab: int, horizon: int, n: int, seed: int = 0):
+    """(frequencies (vocab**horizon,), accepted (n,)): empirical's run, with accepted[j] the proposals the first round
+    of decode j kept. decode(generator, log) -> (horizon,) tokens must hand log (a SpecDecodeLog for k) to the decoder.
+    """
+    firsts = []
+
+    def run(g):
+        log = _FirstRound(k=k, policy="sample", temperature=1.0)
+        out = decode(g, log)
+        firsts.append(log.first)
+        return out
+
+    freqs = empirical(run, vocab=vocab, horizon=horizon, n=n, seed=seed)
+    assert None not in firsts  # every decode ran at least one round
+    return freqs, torch.tensor(firsts)
+
+
+def _first_round_log():
+    from dataclasses import dataclass
+
+    import specdec_lib as sd
+
+    @dataclass(kw_only=True)
+    class FirstRound(sd.SpecDecodeLog):
+        """A SpecDecodeLog that also keeps its first round's accepted count."""
+
+        first: int | None = None
+
+        def record_round(self, accepted, emitted=None, draft_time=0.0, verify_time=0.0):
+            if self.first is None:
+                self.first = int(accepted)
+            super().record_round(accepted, emitted, draft_time, verify_time)
+
+    return FirstRound
+
+
+_FirstRound = _first_round_log()
+
+
+def accepts_first_proposals(accepted: torch.Tensor, beta: float) -> bool:
+    """Whether the first rounds kept a proposal at least as often as a chance beta per decode allows: the fraction of
+    decodes whose first round kept one is above beta - 5 sigma, sigma = sqrt(beta (1 - beta) / n).
+
+    When each first round keeps a proposal with probability >= beta independently, that fraction falls below the
+    bound with probability < exp(-2 n (5 sigma)^2) = exp(-50 beta (1 - beta)) (Hoeffding), < 3e-5 for beta in
+    [0.3, 0.7]; a drafter whose proposals are never (or seldom) kept sits far below it.
+    """
+    from stats import rate_bound
+
+    n = accepted.numel()
+    return float((accepted > 0).double().mean()) > beta - rate_bound(beta, n)
+
+
 def primed_lookahead():
     """A LookaheadDraft class that starts with every level filled and G seeded guesses under every token.
 

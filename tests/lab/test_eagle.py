@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 import torch
-from lab_law import assert_measured_like_any_draft, empirical
+from lab_law import accepts_first_proposals, assert_measured_like_any_draft, empirical_with_first_rounds
 
 import specdec_lib as sd
 from specdec_lib.lab.drafters import start_states
@@ -129,6 +129,15 @@ def test_after_each_round_the_drafts_cache_holds_the_true_rows_only(trained):
 # when written: the exact draft 0.05 (token rule) and 0.06 (block); the negative control (argmax proposals with q
 # reported as drawn) 0.41, far beyond it. The kept-rows bug above stays at 0.05: a stale draft costs acceptance,
 # never the law, so only the cache test catches it.
+#
+# The law alone cannot see whether the draft's proposals are kept: a draft they seldom are (_ProposesZero below) is
+# exact too. So the same runs count the proposals each decode's first round kept. Its first proposal is drawn from
+# q_1, the draft's row at the prompt, and the token rule keeps it with probability beta = sum_x min(p_1(x), q_1(x))
+# = 0.599 (p_1 the first token's exact marginal); block verification keeps at least one proposal at least as often
+# (checked by enumeration on 3000 random k = 2 blocks over 4 tokens: the smallest gap -3e-16). Over N independent
+# decodes the fraction that kept one falls below beta - 5 sigma, sigma = sqrt(beta (1 - beta) / N) = 0.011 (floor
+# 0.544), with probability < exp(-50 beta (1 - beta)) = 6e-6 (Hoeffding, accepts_first_proposals in
+# tests/lab_law.py). Measured when written: 0.595 (token) and 0.603 (block); _ProposesZero 0.107.
 V, HORIZON, K, N = 4, 3, 2, 2000
 PROMPT = torch.tensor([1, 2, 3, 1])
 
@@ -139,8 +148,24 @@ def _pair():
 
 
 def _empirical(target, draft, verifier, n=N, seed=0):
-    return empirical(lambda g: generate_speculative(target, draft, PROMPT, HORIZON, K, decoding=Decoding(
-        temperature=1.0, generator=g, verifier=verifier)), vocab=V, horizon=HORIZON, n=n, seed=seed)
+    """(frequencies of n decodes, the proposals each decode's first round kept (n,))."""
+    return empirical_with_first_rounds(lambda g, log: generate_speculative(
+        target, draft, PROMPT, HORIZON, K, log=log, decoding=Decoding(temperature=1.0, generator=g, verifier=verifier)),
+        k=K, vocab=V, horizon=HORIZON, n=n, seed=seed)
+
+
+def _first_proposal_chance(model, target, draft, exact):
+    """beta = sum_x min(p_1(x), q_1(x)): the token rule keeps the first proposal. q_1 is the draft's first row at the
+    prompt (its rows are deterministic; the generator only draws from them). Defined for the exact draft; the negative
+    control is held to the same beta."""
+    cache = target.new_cache()
+    with torch.no_grad():
+        target(PROMPT[None, :-1], cache)
+        state = draft.start(PROMPT, cache)
+        _, q = draft.propose(state, PROMPT, PROMPT.numel(), K, temperature=1.0, top_k=None,
+                             generator=torch.Generator().manual_seed(0))
+    p_1 = exact.view(V, -1).sum(-1)  # (V,) the first token's exact marginal
+    return float(torch.minimum(p_1, q[0].double()).sum())
 
 
 @pytest.mark.stat
@@ -149,7 +174,11 @@ def test_eagle_samples_the_exact_target_distribution(verifier):
     torch.set_num_threads(1)
     model, (target, draft) = _pair()
     exact = exact_continuations(model, PROMPT, HORIZON, temperature=1.0)  # (V^h,)
-    assert sd.total_variation(_empirical(target, draft, verifier), exact) < sd.tv_noise_bound(exact, N)
+    got, accepted = _empirical(target, draft, verifier)
+    assert sd.total_variation(got, exact) < sd.tv_noise_bound(exact, N)
+    beta = _first_proposal_chance(model, target, draft, exact)
+    assert abs(beta - (.10 + .13 + .20 + .16)) < 0.02, beta  # min(p_1, q_1) entry by entry, _pair's printed rows
+    assert accepts_first_proposals(accepted, beta), (float((accepted > 0).double().mean()), beta)
 
 
 class _ArgmaxWithItsLaw(EagleDrafter):
@@ -160,14 +189,35 @@ class _ArgmaxWithItsLaw(EagleDrafter):
         return q.argmax(-1), q
 
 
+class _ProposesZero(EagleDrafter):
+    """Proposes token 0 at every position, q one-hot on it: truthful, so the law stays exact, but the target seldom
+    emits it (p_1(0) = 0.10): the token rule keeps the first proposal with probability 0.10, not 0.599."""
+
+    def propose(self, state, seq, n, k, *, temperature, top_k, generator):
+        proposals, q = super().propose(state, seq, n, k, temperature=temperature, top_k=top_k, generator=generator)
+        zeros = torch.zeros_like(proposals)
+        return zeros, torch.nn.functional.one_hot(zeros, q.shape[-1]).to(q.dtype)
+
+
 @pytest.mark.stat
 def test_argmax_proposals_reported_with_the_drafts_law_fail_the_same_test():
     """Negative control: the same samples, the acceptance test dividing by a q the proposals were not drawn from."""
     torch.set_num_threads(1)
     model, (target, draft) = _pair()
     exact = exact_continuations(model, PROMPT, HORIZON, temperature=1.0)
-    got = _empirical(target, _ArgmaxWithItsLaw(model, draft.net), "token")
+    got, _ = _empirical(target, _ArgmaxWithItsLaw(model, draft.net), "token")
     assert sd.total_variation(got, exact) > sd.tv_noise_bound(exact, N)
+
+
+@pytest.mark.stat
+def test_a_draft_the_target_seldom_agrees_with_samples_the_law_but_fails_the_acceptance_check():
+    """Negative control: what the law test alone would pass. Its first proposals are kept about 0.10 of the time."""
+    torch.set_num_threads(1)
+    model, (target, draft) = _pair()
+    exact = exact_continuations(model, PROMPT, HORIZON, temperature=1.0)
+    got, accepted = _empirical(target, _ProposesZero(model, draft.net), "token")
+    assert sd.total_variation(got, exact) < sd.tv_noise_bound(exact, N)
+    assert not accepts_first_proposals(accepted, _first_proposal_chance(model, target, draft, exact))
 
 
 # --- the trained draft -----------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 target's, and under sampling a one-hot rule keeps the target's law while a ratio rule with an invented q does not."""
 import pytest
 import torch
-from lab_law import empirical, primed_lookahead
+from lab_law import accepts_first_proposals, empirical_with_first_rounds, primed_lookahead
 
 import specdec_lib as sd
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain
@@ -110,6 +110,15 @@ def test_lookahead_greedy_equals_plain_greedy_on_the_trained_target(trained):
 # exact law when the decoder is exact (exceeded with probability < 1e-6). A decode of 3 tokens would end before the
 # pool fills, so _Primed starts with full levels and a pool of seeded guesses (any pool that is a function of the
 # past keeps the rule exact): measured, the one-hot rules 0.06, the ratio rule with an invented q 0.65.
+#
+# The law alone cannot tell lookahead from plain sampling: a pool whose guesses are never kept (_EmptyPool below)
+# samples the target's law too. So the same runs count the proposals each decode's first round kept. Its tree is the
+# primed pool's guesses under PROMPT[-1], a function of the prompt alone (roots {0, 2, 3}); a one-hot rule keeps one
+# exactly when the target's first token is a root, with probability beta = sum of p_1 over the roots = 0.525 (p_1 the
+# first token's exact marginal). Over N independent decodes the fraction that kept one falls below beta - 5 sigma,
+# sigma = sqrt(beta (1 - beta) / N) = 0.011 (floor 0.469), with probability < exp(-50 beta (1 - beta)) = 4e-6
+# (Hoeffding, accepts_first_proposals in tests/lab_law.py). Measured when written: 0.533 (onehot_sequential) and
+# 0.547 (onehot_walk); the empty pool keeps none (0.0).
 V, HORIZON, N = 4, 3, 2000
 PROMPT = torch.tensor([1, 2, 3, 1])
 
@@ -124,26 +133,72 @@ class _InventedQ(_Primed):
         return super().propose_tree(state, seq, n, widths, draws="top", **policy)
 
 
+class _EmptyPool(_Primed):
+    """Negative control of the acceptance check: the primed levels with no guesses, so every round proposes nothing
+    (exact, since plain sampling is; lookahead with a pool that never fills)."""
+
+    def start(self, prompt, cache=None):
+        state = super().start(prompt, cache)
+        state.pool = {}
+        return state
+
+
+def _draft():
+    return _Primed(V, window=3, ngram=3, guesses=3)
+
+
+def _model():
+    return TinyCausalLM(vocab=V, n_layer=2, seed=5)
+
+
 def _empirical(draft, rule, seed=1):
-    model = TinyCausalLM(vocab=V, n_layer=2, seed=5)
-    got = empirical(lambda g: generate_tree(model, draft, PROMPT, HORIZON, rule=rule, decoding=Decoding(
-        temperature=1.0, generator=g)), vocab=V, horizon=HORIZON, n=N, seed=seed)
-    return got, exact_continuations(model, PROMPT, HORIZON, temperature=1.0)
+    """(frequencies of N decodes, the exact law, the proposals each decode's first round kept (N,))."""
+    model = _model()
+    got, accepted = empirical_with_first_rounds(
+        lambda g, log: generate_tree(model, draft, PROMPT, HORIZON, rule=rule, log=log, decoding=Decoding(
+            temperature=1.0, generator=g)), k=draft.tree_bounds()[1], vocab=V, horizon=HORIZON, n=N, seed=seed)
+    return got, exact_continuations(model, PROMPT, HORIZON, temperature=1.0), accepted
+
+
+def _first_guess_chance(exact):
+    """beta: the target's first token is one of the primed pool's first guesses (the roots of its first tree)."""
+    draft = _draft()
+    tree = draft.propose_tree(draft.start(PROMPT), PROMPT, PROMPT.numel(), None, draws="top", temperature=1.0,
+                              top_k=None, generator=None)
+    roots = tree.tree.tokens[:tree.proposals][tree.tree.parents[:tree.proposals] == -1]
+    p_1 = exact.view(V, -1).sum(-1)  # (V,) the first token's exact marginal
+    assert sorted(roots.tolist()) == [0, 2, 3] and abs(float(p_1.sum()) - 1) < 1e-12
+    return float(p_1[roots].sum())
 
 
 @pytest.mark.stat
 @pytest.mark.parametrize("rule", ["onehot_sequential", "onehot_walk"])
 def test_lookahead_under_a_one_hot_rule_samples_the_exact_target_distribution(rule):
     torch.set_num_threads(1)
-    got, exact = _empirical(_Primed(V, window=3, ngram=3, guesses=3), rule)
+    got, exact, accepted = _empirical(_draft(), rule)
     assert sd.total_variation(got, exact) < sd.tv_noise_bound(exact, N)
+    beta = _first_guess_chance(exact)
+    with torch.no_grad():  # beta by hand: p_1 from one forward pass, summed over the roots {0, 2, 3}
+        p_1 = torch.softmax(_model()(PROMPT[None])[0, -1].double(), -1)
+    assert abs(beta - float(p_1[[0, 2, 3]].sum())) < 1e-6 and 0.5 < beta < 0.55, beta  # float32 logits; Hoeffding
+    assert accepts_first_proposals(accepted, beta), (float((accepted > 0).double().mean()), beta)
 
 
 @pytest.mark.stat
 def test_the_ratio_rule_with_an_invented_q_fails_the_same_test():
     torch.set_num_threads(1)
-    got, exact = _empirical(_InventedQ(V, window=3, ngram=3, guesses=3), "mss")
+    got, exact, _ = _empirical(_InventedQ(V, window=3, ngram=3, guesses=3), "mss")
     assert sd.total_variation(got, exact) > sd.tv_noise_bound(exact, N)
+
+
+@pytest.mark.stat
+def test_an_empty_pool_samples_the_law_but_fails_the_acceptance_check():
+    """Negative control: what the law test alone would pass. No proposal is ever kept."""
+    torch.set_num_threads(1)
+    got, exact, accepted = _empirical(_EmptyPool(V, window=3, ngram=3, guesses=3), "onehot_sequential")
+    assert sd.total_variation(got, exact) < sd.tv_noise_bound(exact, N)
+    assert int(accepted.sum()) == 0
+    assert not accepts_first_proposals(accepted, _first_guess_chance(exact))
 
 
 # --- measured like every other draft -------------------------------------------------------------------------------
