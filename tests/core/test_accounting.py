@@ -73,9 +73,14 @@ def test_per_position_rates_by_hand():
 
 
 def test_return_types_are_python_floats():
-    for f in (expected_accepted, expected_tokens, full_block_probability):
-        assert type(f(torch.tensor(0.8), 3)) is float
-    assert all(type(x) is float for x in reach_probabilities(0.8, 3))
+    """Python floats, whether alpha is a tensor or a float, and the same values: the closed forms at alpha = 0.8,
+    k = 3 (E[A] = .8 + .64 + .512, E[N] = 1 + E[A], P(A = 3) = .512) to 1e-12."""
+    want = {expected_accepted: 1.952, expected_tokens: 2.952, full_block_probability: 0.512}
+    for f, value in want.items():
+        got = f(torch.tensor(0.8, dtype=torch.float64), 3)
+        assert type(got) is float and abs(got - value) < 1e-12 and got == f(0.8, 3)
+    reach = reach_probabilities(0.8, 3)
+    assert all(type(x) is float for x in reach) and max(abs(x - 0.8 ** j) for j, x in enumerate(reach, 1)) < 1e-12
 
 
 @pytest.mark.parametrize("alpha", [float("nan"), 1.2, -0.1])
@@ -175,8 +180,15 @@ def survivor():
 
 
 def test_simulate_mixture_shape(survivor):
+    """Shape, and the values: one class per request drawn with the weights, then every flag u < beta of that class,
+    even after a rejection, replayed here by hand from the same seed."""
     accepts, _ = survivor
     assert accepts.dtype == torch.bool and accepts.shape == (200_000, 4)
+    g = gen(6)
+    cls = torch.multinomial(torch.tensor(MIX["weights"], dtype=torch.float64), 200_000, replacement=True, generator=g)
+    u = torch.rand(200_000, 4, generator=g, dtype=torch.float64)
+    assert torch.equal(accepts, u < torch.tensor(MIX["betas"], dtype=torch.float64)[cls][:, None])
+    assert (~accepts[:, 0] & accepts[:, 1]).any()  # a flag after a rejection is drawn, not forced to False
 
 
 @pytest.mark.stat
