@@ -176,7 +176,20 @@ def test_explorer_at_zero_overhead_and_slope_reports_as_before(fast_png):
 
 @pytest.mark.parametrize("name", sorted(views.FIGURES))
 def test_figures_build(name):
-    assert isinstance(views.FIGURES[name](), Figure)
+    """Every figure builds; the two k sweeps draw S(k) = E[N] / (k c_d + c_v(k)) computed by hand, E[N] =
+    (1 - a^(k+1)) / (1 - a), c_d = 0.15, c_v(k) = 1 + 0.05 k (memory bound) or 1 + 0.5 k (compute bound), to 1e-12,
+    and mark each curve's best k."""
+    fig = views.FIGURES[name]()
+    assert isinstance(fig, Figure)
+    if name.startswith("act4_k_sweep"):
+        slope = 0.5 if name.endswith("compute_bound") else 0.05
+        curves = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("α = ")]
+        assert [ln.get_label().split()[2] for ln in curves] == ["0.5", "0.7", "0.9"]
+        for ln, a in zip(curves, (0.5, 0.7, 0.9)):
+            want = [(1 - a ** (k + 1)) / (1 - a) / (0.15 * k + 1 + slope * k) for k in range(1, 33)]
+            assert max(abs(y - w) for y, w in zip(ln.get_ydata(), want)) < 1e-12 and len(ln.get_ydata()) == 32
+            best = max(range(1, 33), key=lambda k: want[k - 1])
+            assert f"best k = {best if want[best - 1] > 1 else 0}" in ln.get_label()
 
 
 def _batch(slopes, best_ks):
