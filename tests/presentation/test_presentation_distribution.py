@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import math
 
 import pytest
 import torch
@@ -171,7 +172,99 @@ def test_beta_by_state_validates_its_arguments(kwargs, match):
         views.plot_beta_by_state(**kwargs)
 
 
+def _pairs():
+    return {name: (lp.double(), lq.double()) for name, (lp, lq) in views.logit_pairs().items()}
+
+
+def _overlap(lp, lq, temps):
+    """(n,) temperatures -> (n,) overlaps sum min(softmax(l_p / T), softmax(l_q / T)), by hand in float64."""
+    temps = torch.as_tensor(temps, dtype=torch.float64)[:, None]
+    return torch.minimum(torch.softmax(lp / temps, -1), torch.softmax(lq / temps, -1)).sum(-1)
+
+
+def _check_curves(ax, mark_T=None, highlight=None):
+    """Each pair's curve on the 200-point log grid, its dots at the post's temperatures, its marker at mark_T."""
+    grid = torch.logspace(math.log10(0.05), math.log10(50.0), 200, dtype=torch.float64)
+    lines = ax.get_lines()
+    for pair, (lp, lq) in _pairs().items():
+        curve = next(ln for ln in lines if ln.get_label() == pair)
+        assert curve.get_linewidth() == (3.0 if pair == highlight else 1.5)
+        x = torch.tensor(curve.get_xdata(), dtype=torch.float64)  # the log grid, its ends from float32 logs
+        assert len(x) == 200 and x.div(grid).sub(1).abs().max() < 1e-6
+        assert x.log().diff().sub(x.log().diff().mean()).abs().max() < 1e-12
+        assert torch.tensor(curve.get_ydata()).sub(_overlap(lp, lq, x)).abs().max() < 1e-12
+        dots = [ln for ln in lines if ln.get_marker() == "o" and ln.get_color() == curve.get_color()]
+        assert len(dots) == 1 and list(dots[0].get_xdata()) == list(views.POST_TEMPERATURES)
+        table = _overlap(lp, lq, views.POST_TEMPERATURES)
+        assert torch.tensor(dots[0].get_ydata()).sub(table).abs().max() < 1e-12
+        assert [round(x, 3) for x in table.tolist()] == (SAME if pair == "same argmax" else DIFFERENT)
+        marks = [ln for ln in lines if ln.get_marker() == "D" and ln.get_color() == curve.get_color()]
+        if mark_T is None:
+            assert not marks
+        else:  # the marker's value comes from the float32 logits' policy: float32 rounding
+            assert len(marks) == 1 and list(marks[0].get_xdata()) == [mark_T]
+            assert abs(marks[0].get_ydata()[0] - float(_overlap(lp, lq, [mark_T])[0])) < 1e-6
+
+
+def _check_samplers(ax, p, q):
+    """The three samplers replayed from seed 1 (bars, TV labels), the target ticks, and each sampler's exact law."""
+    g = torch.Generator().manual_seed(1)
+    n, sampling = views.POST_DRAWS, views.sampling
+    drawn = {"direct sampling from p": sampling.sample_from(p, num_samples=n, generator=g),
+             "speculative, residual on reject": sampling.speculative_sample(p, q, num_samples=n, generator=g,
+                                                                          mode="correct"),
+             "speculative, p on reject": sampling.speculative_sample(p, q, num_samples=n, generator=g,
+                                                                   mode="target_on_reject")}
+    assert [c.get_label().split(" (TV")[0] for c in ax.containers] == list(drawn)
+    for container, tokens in zip(ax.containers, drawn.values()):
+        freq = torch.bincount(tokens, minlength=5).double() / n
+        assert max(abs(b.get_height() - f) for b, f in zip(container, freq.tolist())) < 1e-7
+        assert container.get_label().endswith(f"(TV {0.5 * float((freq - p.double()).abs().sum()):.4f})")
+    ticks = ax.collections[0].get_segments()
+    assert max(abs(seg[0][1] - x) for seg, x in zip(ticks, p.tolist())) == 0.0 and len(ticks) == 5
+    # the bug's exact law: accept min(p, q), else draw from p; 400k draws put each rate within 5 sigma
+    pd, qd = p.double(), q.double()
+    bug = torch.minimum(pd, qd) + (1 - torch.minimum(pd, qd).sum()) * pd
+    for label, law in (("direct sampling from p", pd), ("speculative, residual on reject", pd),
+                       ("speculative, p on reject", bug)):
+        freq = torch.bincount(drawn[label], minlength=5).double() / n
+        assert ((freq - law).abs() < 5 * (law * (1 - law) / n).sqrt() + 1e-12).all()
+    assert 0.5 * float((bug - pd).abs().sum()) > 0.09  # far from p: the 0.0967 the label shows
+
+
 @pytest.mark.heavy
 @pytest.mark.parametrize("name", sorted(views.FIGURES))
 def test_figures_build(name):
-    assert isinstance(views.FIGURES[name](), Figure)
+    """Each figure draws the post's numbers, computed here by hand: the pair's p, q and min(p, q) bars (post_pair at
+    seed 0); the three samplers' frequencies replayed from seed 1 with the library's samplers, their TV labels, the
+    target ticks at p, and the p-on-reject law min(p, q) + (1 - beta) p that only the buggy sampler follows; the
+    overlap curves sum min(softmax(l_p / T), softmax(l_q / T)) on the 200-point log grid and at the post's
+    temperatures (float64, to 1e-12); beta(h) = sum_x min of the rows raised to 1 / T and renormalised."""
+    fig = views.FIGURES[name]()
+    assert isinstance(fig, Figure)
+    p, q = views.post_pair()
+    ax = fig.axes[0]
+    if name in ("act1_shared_mass", "act1_temperature_view"):
+        if name == "act1_temperature_view":  # the same-argmax pair at T = 1, both panels
+            lp, lq = _pairs()["same argmax"]
+            p, q = torch.softmax(lp, -1), torch.softmax(lq, -1)
+            _check_curves(fig.axes[1], mark_T=1.0, highlight="same argmax")
+        heights = [[b.get_height() for b in c] for c in ax.containers]
+        for drawn, want in zip(heights, (p, q, torch.minimum(p, q))):
+            assert max(abs(h - w) for h, w in zip(drawn, want.double().tolist())) < 1e-6  # float32 tables
+        shared = float(torch.minimum(p, q).double().sum())
+        assert ax.get_title().endswith(f"{shared:.4f}" if name == "act1_shared_mass" else f"{shared:.3f}")
+        assert [len(h) for h in heights] == [p.shape[0]] * 3
+    elif name == "act1_sampler_frequencies":
+        _check_samplers(ax, p, q)
+    elif name == "act1_overlap_vs_temperature":
+        _check_curves(ax)
+    else:
+        ch = views.reference_chain()
+        for container, t in zip(ax.containers, views.STATE_TEMPERATURES):
+            rows_p, rows_q = (m.double() ** (1 / t) for m in (ch.P, ch.Q))
+            beta = torch.minimum(rows_p / rows_p.sum(-1, keepdim=True), rows_q / rows_q.sum(-1, keepdim=True)).sum(-1)
+            tol = 1e-6 if t == 1.0 else 1e-12  # T = 1 leaves the float32 table as it is: float32 sums
+            assert max(abs(b.get_height() - w) for b, w in zip(container, beta.tolist())) < tol
+            assert len(container) == 5
+        assert len(ax.containers) == len(views.STATE_TEMPERATURES)
