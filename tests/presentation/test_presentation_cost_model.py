@@ -3,9 +3,12 @@ import base64
 import math
 
 import pytest
+import torch
+from matplotlib.collections import QuadMesh
 from matplotlib.figure import Figure
 
 import specdec_lib as sd
+from specdec_lib.lab.recording import recorded
 from specdec_lib.presentation import cost_model as views
 
 SMALL = {"alphas": [0.4, 0.6, 0.8, 0.9], "c_ds": [0.05, 0.10, 0.20, 0.30, 0.40]}  # the post's grid
@@ -174,11 +177,87 @@ def test_explorer_at_zero_overhead_and_slope_reports_as_before(fast_png):
     assert out.outputs == shown  # back at O = 0 and b = 0: the same figure and text
 
 
+def _s(alpha, k, c_d, c_v):
+    """S(k) = E[N] / (k c_d + c_v(k)) by hand, E[N] = (1 - a^(k+1)) / (1 - a); k = 0 is plain decoding, 1."""
+    return 1.0 if k == 0 else (1 - alpha ** (k + 1)) / (1 - alpha) / (k * c_d + c_v(k))
+
+
+def _best(alpha, c_d, c_v, k_max):
+    """(k, S) of the largest S(k) over k = 0..k_max, ties to the smaller k."""
+    return max(((k, _s(alpha, k, c_d, c_v)) for k in range(k_max + 1)), key=lambda ks: (ks[1], -ks[0]))
+
+
+def _check_timeline(ax):
+    """The defaults k = 4, c_d = 0.15, c_v = 1.6, alpha = 0.8: four draft bars, the verification, E[N] plain steps."""
+    e_n = (1 - 0.8 ** 5) / (1 - 0.8)  # 3.3616
+    assert max(abs(a - b) for a, b in zip(_bars(ax, views.DRAFT_GID), [0, .15, .15, .15, .3, .15, .45, .15])) < 1e-12
+    assert len(_bars(ax, views.DRAFT_GID)) == 8 and _bars(ax, views.OVERHEAD_GID) == []
+    assert max(abs(a - b) for a, b in zip(_bars(ax, views.VERIFY_GID), [0.6, 1.6])) < 1e-12
+    plain = _bars(ax, views.PLAIN_GID)
+    assert len(plain) == 8 and max(abs(a - b) for a, b in zip(plain, [0, 1, 1, 1, 2, 1, 3, e_n - 3])) < 1e-12
+    spec_end, plain_end = _lane_ends(ax)
+    assert abs(spec_end - 2.2) < 1e-12 and abs(plain_end - e_n) < 1e-12
+    assert abs(plain_end / spec_end - _s(0.8, 4, 0.15, lambda k: 1.6)) < 1e-12
+    assert ax.get_title() == f"α = 0.8, k = 4: S = {e_n:.2f} / 2.20 = {e_n / 2.2:.2f}"
+
+
+def _check_heatmap(ax):
+    """S(8) at c_v = 1.6 in every cell (rows alpha, columns c_d), the parity line on S = 1, the post's 0.90 cell."""
+    c_v = lambda k: 1.6  # noqa: E731
+    mesh = next(c for c in ax.collections if isinstance(c, QuadMesh))
+    want = torch.tensor([[_s(a, 8, c, c_v) for c in views.C_DS_FINE] for a in views.ALPHAS_FINE], dtype=torch.float64)
+    drawn = torch.as_tensor(mesh.get_array(), dtype=torch.float64).reshape(want.shape)
+    assert drawn.sub(want).abs().max() < 1e-12 and mesh.get_array().size == 66 * 51
+    centres = mesh.get_coordinates()[:-1, :-1] + mesh.get_coordinates()[1:, 1:]  # (66, 51, 2): twice each centre
+    assert max(abs(x / 2 - c) for x, c in zip(centres[0, :, 0], views.C_DS_FINE)) < 1e-12  # columns: c_d
+    assert max(abs(y / 2 - a) for y, a in zip(centres[:, 0, 1], views.ALPHAS_FINE)) < 1e-12  # rows: alpha
+    parity = next(c for c in ax.get_children() if c.get_gid() == views.PARITY_GID)
+    vertices = [v for path in parity.get_paths() for v in path.vertices]
+    assert len(vertices) > 10  # linear interpolation between cells: within 2e-3 of S = 1 everywhere on the line
+    assert max(abs(_s(float(a), 8, float(c), c_v) - 1) for c, a in vertices) < 2e-3
+    assert any(c.get_gid() == views.SLOWER_GID for c in ax.get_children())
+    point = next(ln for ln in ax.get_lines() if ln.get_gid() == views.BEST_K_GID)
+    assert list(point.get_xdata()) == [0.40] and list(point.get_ydata()) == [0.8]
+    best_k, best_s = _best(0.8, 0.40, c_v, 32)
+    assert f"{_s(0.8, 8, 0.40, c_v):.2f}" == "0.90" and best_k == 3  # the post's cell: slower at k = 8, not at 3
+    assert f"S(8) = 0.90\nbest k = {best_k} (S = {best_s:.2f})" in [t.get_text() for t in ax.texts]
+
+
+def _check_batch(fig):
+    """The recorded run's c_v(k; B) points, each B's least-squares line, the best k per B by hand over 0..max(ks)."""
+    batch = recorded().batch
+    ax, bx = fig.axes
+    measured = [ln for ln in ax.get_lines() if ln.get_gid() == views.MEASURED_GID]
+    assert len(measured) == len(batch.batches)
+    bests = []
+    for b, (B, points) in enumerate(zip(batch.batches, measured)):
+        ks, c_v = list(batch.ks), list(batch.c_v[b])
+        assert list(points.get_xdata()) == ks and list(points.get_ydata()) == c_v
+        mk, mc = sum(ks) / len(ks), sum(c_v) / len(c_v)
+        slope = sum((k - mk) * (c - mc) for k, c in zip(ks, c_v)) / sum((k - mk) ** 2 for k in ks)
+        c0 = mc - slope * mk
+        line = next(ln for ln in ax.get_lines() if ln.get_label().startswith(f"B = {B}: "))
+        assert list(line.get_xdata()) == [0, *ks]
+        assert max(abs(y - (c0 + slope * k)) for y, k in zip(line.get_ydata(), [0, *ks])) < 1e-12
+        assert line.get_label() == f"B = {B}: {c0:.2f} + {slope:.3f} k"
+        bests.append(_best(batch.alpha, batch.c_d, lambda k, c0=c0, s=slope: c0 + s * k, max(ks)))
+    illustrative = [ln for ln in ax.get_lines() if ln.get_gid() == views.ILLUSTRATIVE_GID]
+    assert len(illustrative) == 2  # the notebook's memory-bound 1 + 0.05 k and compute-bound 1 + 0.5 k
+    for ln, slope in zip(illustrative, (0.05, 0.5)):
+        assert max(abs(y - (1 + slope * k)) for y, k in zip(ln.get_ydata(), ln.get_xdata())) < 1e-12
+    best_line = next(ln for ln in bx.get_lines() if ln.get_gid() == views.BEST_K_GID)
+    assert list(best_line.get_xdata()) == list(batch.batches) and list(best_line.get_ydata()) == [k for k, _ in bests]
+    assert [t.get_text() for t in bx.texts] == [f"S = {s:.2f}" for _, s in bests]
+    assert len({k for k, _ in bests}) > 1  # the recorded run's best k falls with the batch size
+
+
 @pytest.mark.parametrize("name", sorted(views.FIGURES))
 def test_figures_build(name):
-    """Every figure builds; the two k sweeps draw S(k) = E[N] / (k c_d + c_v(k)) computed by hand, E[N] =
-    (1 - a^(k+1)) / (1 - a), c_d = 0.15, c_v(k) = 1 + 0.05 k (memory bound) or 1 + 0.5 k (compute bound), to 1e-12,
-    and mark each curve's best k."""
+    """Every figure draws the cost equation S(k) = E[N] / (k c_d + c_v(k)) computed by hand, E[N] =
+    (1 - a^(k+1)) / (1 - a): the round timeline's lanes (draft, verification and E[N] plain steps) and their ends;
+    the heat map's every cell at k = 8, c_v = 1.6 to 1e-12, its parity line on S = 1 and the marked cell's best k;
+    the two k sweeps at c_d = 0.15, c_v(k) = 1 + 0.05 k (memory bound) or 1 + 0.5 k (compute bound), to 1e-12, each
+    curve's best k; the batch regime's measured points, least-squares lines and best k per batch size."""
     fig = views.FIGURES[name]()
     assert isinstance(fig, Figure)
     if name.startswith("act4_k_sweep"):
@@ -190,6 +269,12 @@ def test_figures_build(name):
             assert max(abs(y - w) for y, w in zip(ln.get_ydata(), want)) < 1e-12 and len(ln.get_ydata()) == 32
             best = max(range(1, 33), key=lambda k: want[k - 1])
             assert f"best k = {best if want[best - 1] > 1 else 0}" in ln.get_label()
+    elif name == "act4_round_timeline":
+        _check_timeline(fig.axes[0])
+    elif name == "act4_speedup_heatmap":
+        _check_heatmap(fig.axes[0])
+    else:
+        _check_batch(fig)
 
 
 def _batch(slopes, best_ks):
