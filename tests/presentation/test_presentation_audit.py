@@ -3,11 +3,23 @@ import base64
 import math
 
 import pytest
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
 import specdec_lib as sd
-from specdec_lib.conformance import BETA, EPSILON, audit_verifier, battery, known_verifiers, power
+from specdec_lib.conformance import (
+    BETA,
+    EPSILON,
+    audit_verifier,
+    battery,
+    block_law,
+    complete,
+    known_verifiers,
+    power,
+    target_law,
+)
 from specdec_lib.presentation import audit as views
+from specdec_lib.presentation.style import COLORS
 
 
 @pytest.fixture(scope="module")
@@ -99,4 +111,60 @@ def test_bad_input_raises(reports):
 @pytest.mark.heavy
 @pytest.mark.parametrize("name", sorted(views.FIGURES))
 def test_figures_build(name):
-    assert name.startswith("audit_") and isinstance(views.FIGURES[name](), Figure)
+    """Each figure draws the kit's numbers, recomputed here: the report figure's ticks are each case's threshold,
+    top to bottom in battery order; the softmax-residual bug's bars are its measured TVs through the kit replayed at
+    seed 0, within the noise threshold of its exact TV (the completed block law against the target, no sampling),
+    all red; sd.verify_blocks' bars lie within the threshold of 0, all blue. The power figure's curves are
+    1 - exp(-2 n (d - m)^2) past m = detectable - sqrt(ln(1 / beta) / (2 n)), by hand from each case's n, to 1e-12;
+    each bug's dot sits at its largest exact TV over the cases, at that curve's value."""
+    fig = views.FIGURES[name]()
+    assert name.startswith("audit_") and isinstance(fig, Figure)
+    cases = list(battery())
+
+    def exact_tv(spec, case):
+        return float(sd.total_variation(complete(block_law(spec, case.p_rows, case.q_rows), case.p_rows),
+                                        target_law(case.p_rows)))
+
+    bug = next(kv for kv in known_verifiers() if kv.name == "softmax_residual")
+    if name == "audit_report":
+        bad = audit_verifier(bug.verify, convention="batched", subject="softmax_residual")  # replayed, seed 0
+        assert [ax.get_title() for ax in fig.axes] == ["sd.verify_blocks\nPASSED", "softmax_residual\nFAILED 9 of 9"]
+        thresholds = [power(case, cases=len(cases)).threshold for case in cases]
+        for ax, want in zip(fig.axes, ([None] * len(cases), [c.tv for c in bad.cases])):
+            bars = sorted(ax.patches, key=lambda p: -p.get_y())  # top to bottom: the battery's order
+            ticks = sorted(ax.collections[0].get_offsets().tolist(), key=lambda xy: -xy[1])
+            assert [x for x, _ in ticks] == thresholds and len(bars) == len(cases)
+            passed = [p.get_width() <= tau for p, tau in zip(bars, thresholds)]
+            assert [p.get_facecolor() for p in bars] == [to_rgba(COLORS["target" if ok else "wrong"]) for ok in passed]
+            if want[0] is not None:
+                assert [p.get_width() for p in bars] == want
+        assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [case.name for case in cases]
+        good = [p.get_width() for p in sorted(fig.axes[0].patches, key=lambda p: -p.get_y())]
+        assert all(tv < tau for tv, tau in zip(good, thresholds))  # the exact verifier: within the noise of 0
+        assert all(abs(c.tv - exact_tv(bug.spec, case)) < c.threshold and not c.passed
+                   for c, case in zip(bad.cases, cases))  # the bug: within the noise of its exact TV, all failed
+        return
+    ax = fig.axes[0]
+    curves = [ln for ln in ax.get_lines() if len(ln.get_xdata()) == 401]
+    assert len(curves) == len(cases)
+    for ln, case in zip(curves, cases):
+        pw = power(case, cases=len(cases))
+        n, margin = pw.num_blocks, pw.detectable - math.sqrt(math.log(1 / BETA) / (2 * pw.num_blocks))
+        x = ln.get_xdata()
+        assert max(abs(d - i / 400) for i, d in enumerate(x)) < 1e-7  # float32 linspace(0, 1, 401)
+        want = [1 - math.exp(-2 * n * (d - margin) ** 2) if d > margin else 0.0 for d in x]
+        assert max(abs(y - w) for y, w in zip(ln.get_ydata(), want)) < 1e-12
+    worst = {}
+    for kv in known_verifiers():
+        if not kv.exact:
+            tvs = [exact_tv(kv.spec, case) for case in cases]
+            worst[kv.name] = (cases[tvs.index(max(tvs))], max(tvs))
+    dots = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+    labels = [t.get_text() for t in ax.texts]
+    assert len(dots) == len(worst) == len(labels)
+    for (kv_name, (case, tv)), dot, label in zip(sorted(worst.items(), key=lambda item: item[1][1]), dots, labels):
+        pw = power(case, cases=len(cases))
+        margin = pw.detectable - math.sqrt(math.log(1 / BETA) / (2 * pw.num_blocks))
+        assert label == f"{kv_name} ({case.name})" and abs(dot.get_xdata()[0] - tv) < 1e-12
+        assert abs(dot.get_ydata()[0] - (1 - math.exp(-2 * pw.num_blocks * (tv - margin) ** 2))) < 1e-12
+        assert tv > EPSILON  # every known bug past the promise: caught with probability > 1 - beta
