@@ -10,21 +10,21 @@ verification's (spec.verifier="block") included. Beside each verdict the report 
 verifier kept against the exact E[accepted] of the token rule and of an optimal one (block verification). The
 kit sits above core and markov/ and nothing in the library imports it.
 
-The second tier: `check_generation(fn)` drives a whole speculative generation loop on a battery of
+The second tier: `audit_generation(fn)` drives a whole speculative generation loop on a battery of
 history-dependent chains with the sampling surface on (penalties, processors, a grammar, EOS, max_new_tokens,
 logprobs) against plain generation's exact law and logprobs, and names the nearest registered loop variant
-(surface.registry); `check_randomness(fn)` feeds a verifier controlled coins (0, 1 - 2^-53, a grid, two rounds,
+(surface.registry); `audit_randomness(fn)` feeds a verifier controlled coins (0, 1 - 2^-53, a grid, two rounds,
 batch companions, poisoned scratch memory) and compares what it commits with the exact law under them.
 """
 from .adapters import CONVENTIONS, adapt
 from .battery import BETA, DELTA, EPSILON, PROMISE, Case, Power, Promise, battery, law_power, power
 from .bugs import BLOCK_VERIFIERS, FIELD_GUIDE, KnownVerifier, known_verifiers, rule_verifier
 from .check import audit_drafter, audit_verifier
-from .generation import LOGPROB_TOLERANCE, assert_generates, check_generation
+from .generation import LOGPROB_TOLERANCE, assert_generates, audit_generation
 from .generation_adapters import GENERATION_CONVENTIONS, assisted_generate, speculate_fn
 from .generation_battery import ChainModel, GenerationCase, HFChain, generation_cases, transformers_cases
 from .laws import Law, block_law, block_rule, complete, mean_accepted, target_law
-from .randomness import PROBES, RAND_CONVENTIONS, ProbeResult, RandomnessReport, check_randomness
+from .randomness import PROBES, RAND_CONVENTIONS, ProbeResult, RandomnessReport, audit_randomness
 from .randomness_refs import BROKEN, batch_stream, broken_verifier, keyed_by_position, keyed_by_step, library_verifier
 from .report import CaseResult, DrafterReport, GenerationCaseResult, GenerationReport, VerifierReport
 
@@ -42,8 +42,8 @@ __all__ = ["audit_verifier", "audit_drafter", "assert_conformant", "VerifierRepo
            "DELTA", "KnownVerifier", "FIELD_GUIDE", "BLOCK_VERIFIERS", "known_verifiers", "rule_verifier", "Law",
            "block_rule", "block_law", "mean_accepted", "complete", "target_law",
            # the second tier: generation loops with the whole sampling surface, and randomness
-           "check_generation", "assert_generates", "LOGPROB_TOLERANCE", "GenerationReport", "GenerationCaseResult",
+           "audit_generation", "assert_generates", "LOGPROB_TOLERANCE", "GenerationReport", "GenerationCaseResult",
            "GENERATION_CONVENTIONS", "speculate_fn", "assisted_generate", "GenerationCase", "generation_cases",
-           "transformers_cases", "ChainModel", "HFChain", "law_power", "check_randomness", "RandomnessReport",
+           "transformers_cases", "ChainModel", "HFChain", "law_power", "audit_randomness", "RandomnessReport",
            "ProbeResult", "PROBES", "RAND_CONVENTIONS", "library_verifier", "keyed_by_step", "keyed_by_position",
            "batch_stream", "BROKEN", "broken_verifier"]

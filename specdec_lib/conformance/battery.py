@@ -7,7 +7,7 @@ whole report below delta). A wrong verifier with completed law pi_b, TV(pi_b, pi
 its own estimate lands more than its noise away: E TV <= 1/2 sum sqrt(pi_b (1 - pi_b) / n) <= 1/2 sqrt((M - 1) / n)
 (Cauchy-Schwarz; pi_b unknown), plus the McDiarmid term sqrt(ln(1/beta) / (2 n)) with probability 1 - beta.
 Every term scales as 1/sqrt(n), so n = ((c_tau + sqrt(M - 1) / 2 + sqrt(ln(1/beta) / 2)) / epsilon)^2,
-with c_tau = tau(1). law_power does this for any law vector pi (check_generation's output laws among them);
+with c_tau = tau(1). law_power does this for any law vector pi (audit_generation's output laws among them);
 power reads it for a battery case.
 """
 from __future__ import annotations

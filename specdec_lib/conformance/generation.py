@@ -1,4 +1,4 @@
-"""check_generation: drive a speculative generation function on the battery and compare what it outputs with plain
+"""audit_generation: drive a speculative generation function on the battery and compare what it outputs with plain
 generation's exact law, and every logprob it reports with plain generation's exact value.
 
 Per case (generation_battery.generation_cases(): a history-dependent target and draft, a prompt, the Settings, k):
@@ -37,7 +37,7 @@ from .generation_adapters import Sample, adapt_generation
 from .generation_battery import GenerationCase, generation_cases, transformers_cases
 from .report import GenerationCaseResult, GenerationReport
 
-__all__ = ["LOGPROB_TOLERANCE", "check_generation", "assert_generates", "expected_stop", "CaseLaw", "case_law"]
+__all__ = ["LOGPROB_TOLERANCE", "audit_generation", "assert_generates", "expected_stop", "CaseLaw", "case_law"]
 
 LOGPROB_TOLERANCE = LOGPROB_TOL  # 1e-6: a reported logprob further than this from plain's value is a mismatch (the
 # exact engine's logprob_error counts the same)
@@ -136,7 +136,7 @@ def _check_cases(cases, convention: str) -> list[GenerationCase]:
     return cases
 
 
-def check_generation(fn: Callable, *, convention: str = "loop", seed: int = 0, num_samples: int | None = None,
+def audit_generation(fn: Callable, *, convention: str = "loop", seed: int = 0, num_samples: int | None = None,
                      promise: Promise = PROMISE, cases=None, subject: str | None = None,
                      generator: torch.Generator | None = None) -> GenerationReport:
     """Check a speculative generation function against plain generation's exact law and logprobs, case by case.
@@ -216,8 +216,8 @@ def _subject(fn: Callable, subject: str | None) -> str:
 
 
 def assert_generates(fn: Callable, **kwargs) -> GenerationReport:
-    """One line in a test suite: check_generation(fn, **kwargs), raising AssertionError with the report on failure."""
-    report = check_generation(fn, **kwargs)
+    """One line in a test suite: audit_generation(fn, **kwargs), raising AssertionError with the report on failure."""
+    report = audit_generation(fn, **kwargs)
     if not report.passed:
         raise AssertionError(f"\n{report}")
     return report

@@ -1,4 +1,4 @@
-"""check_generation's conventions: what a user's generation function takes and returns, turned into the kit's one
+"""audit_generation's conventions: what a user's generation function takes and returns, turned into the kit's one
 sampler, sample(case, n, generator) -> list[Sample].
 
   loop          fn(target, draft, prompt, settings, k, generator) -> Output | (tokens, logprobs)   one sample

@@ -1,4 +1,4 @@
-"""check_generation's battery: small history-dependent chains, each sampling feature on alone and a few together.
+"""audit_generation's battery: small history-dependent chains, each sampling feature on alone and a few together.
 
 A case is a target and a draft (`ChainModel`s: context -> logits (V,) read from the last token, so every row
 depends on what came before, and the penalties, n-gram bans, bad words and the grammar add the rest of the

@@ -19,7 +19,7 @@ import torch
 
 from .._checks import check_choice, check_generator, check_int, check_real
 
-__all__ = ["V", "HORIZON", "PROMPT", "quiet", "tiny_llama", "audit_pair", "exact_law", "sample_config", "sampled_law",
+__all__ = ["V", "HORIZON", "PROMPT", "quiet", "tiny_llama", "tiny_pair", "exact_law", "sample_config", "sampled_law",
            "greedy_prompts", "greedy_mismatches", "context_logits", "generation_kwargs", "generation_config",
            "assistant_settings", "generate_sample", "plain_processors", "recorded_rounds", "PlainLaw", "plain_law"]
 
@@ -65,7 +65,7 @@ def tiny_llama(seed: int, *, layers: int = 2, head_scale: float = 40.0, vocab: i
     return model
 
 
-def audit_pair():
+def tiny_pair():
     """The target, and a draft that is the same network at temperature 2.5 (head x 0.4): often kept, often not."""
     return tiny_llama(1), tiny_llama(1, head_scale=16.0)
 

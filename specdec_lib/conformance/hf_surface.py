@@ -94,7 +94,7 @@ def surface_cases(methods=SPECULATIVE) -> tuple[SurfaceCase, ...]:
 
 def surface_pair():
     """The first audit's pair: the target, and the same network at temperature 2.5 as the draft."""
-    return hf.audit_pair()
+    return hf.tiny_pair()
 
 
 def sampling_config(**kw):

@@ -1,7 +1,7 @@
 """The randomness tier: a verifier fed randomness the kit controls must behave exactly as the exact law says.
 
-    from specdec_lib.conformance import check_randomness, library_verifier
-    print(check_randomness(library_verifier("block"), method="block"))
+    from specdec_lib.conformance import audit_randomness, library_verifier
+    print(audit_randomness(library_verifier("block"), method="block"))
 
 Conventions. "uniforms" (as vLLM's sampler takes uniform_probs and SGLang's kernel its coins):
 fn(p (n, k+1, V), q (n, k, V), proposals (n, k), coins (n, k), final (n,)) -> (accepted (n,), tokens (n, k+1)) or
@@ -42,7 +42,7 @@ from .randomness_probes import (
 )
 from .randomness_refs import BROKEN, batch_stream, broken_verifier, keyed_by_position, keyed_by_step, library_verifier
 
-__all__ = ["RAND_CONVENTIONS", "PROBES", "ProbeResult", "RandomnessReport", "check_randomness", "library_verifier",
+__all__ = ["RAND_CONVENTIONS", "PROBES", "ProbeResult", "RandomnessReport", "audit_randomness", "library_verifier",
            "keyed_by_step", "keyed_by_position", "batch_stream", "BROKEN", "broken_verifier"]
 
 RAND_CONVENTIONS = ("uniforms", "keyed")
@@ -267,7 +267,7 @@ _PROBE = {"coin_zero": _edge_probe(0.0), "coin_top": _edge_probe(TOP), "grid_law
                                       "garbage in the rows after a rejection (token rule)")}
 
 
-def check_randomness(fn, *, convention: str = "uniforms", method: str = "token", grid: int = GRID,
+def audit_randomness(fn, *, convention: str = "uniforms", method: str = "token", grid: int = GRID,
                      seeds: int = 64, probes: tuple[str, ...] = PROBES, subject: str | None = None) -> RandomnessReport:
     """Run every probe on fn (the module docstring gives the conventions); method is the rule fn implements
     ("token" or "block": the exact law it is held to); grid the coins of the one-round law, seeds the requests

@@ -1,5 +1,5 @@
 """The kit's reports: per case the measured TV, its threshold, pass or fail, the nearest known verifier, and how
-many proposals it keeps beside the token rule and an optimal exact verifier; check_generation's report: per case
+many proposals it keeps beside the token rule and an optimal exact verifier; audit_generation's report: per case
 the features on, n, TV, threshold, logprob mismatches and the verdict, and the nearest registered loop variant."""
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ class GenerationCaseResult:
 
 @dataclass(frozen=True)
 class GenerationReport:
-    """What check_generation found: one GenerationCaseResult per case, the promise, and the nearest variant."""
+    """What audit_generation found: one GenerationCaseResult per case, the promise, and the nearest variant."""
 
     subject: str
     cases: tuple[GenerationCaseResult, ...]

@@ -1,4 +1,4 @@
-"""check_generation, the kit's second tier: the library's loop passes, every registered loop variant fails and is
+"""audit_generation, the kit's second tier: the library's loop passes, every registered loop variant fails and is
 named, a correct sampler's false-failure rate stays within what the report states, and the power figures are the
 calculation's. An exact sampler (draws from plain generation's law, reports plain's logprobs) stands in for a
 correct loop where many reports are needed: it costs nothing beside the kit's own work."""
@@ -12,7 +12,7 @@ import torch
 
 import specdec_lib as sd
 from specdec_lib.conformance.battery import PROMISE, Promise, law_power
-from specdec_lib.conformance.generation import LOGPROB_TOLERANCE, case_law, check_generation, expected_stop
+from specdec_lib.conformance.generation import LOGPROB_TOLERANCE, audit_generation, case_law, expected_stop
 from specdec_lib.conformance.generation_adapters import speculate_fn
 from specdec_lib.conformance.generation_battery import generation_cases
 from specdec_lib.surface.exact import law_tv, plain_law
@@ -92,7 +92,7 @@ def test_power_figures_are_the_calculation():
 
 @pytest.mark.stat
 def test_an_exact_sampler_passes_and_the_report_states_its_power():
-    report = check_generation(exact_sampler(), convention="batched")
+    report = audit_generation(exact_sampler(), convention="batched")
     text = str(report)
     assert report.passed and bool(report) and report.nearest == "" and f"PASSED: all {len(CASES)} cases" in text
     assert "0.15 TV off is caught with probability >= 0.999" in text and "<= 0.001" in text
@@ -107,7 +107,7 @@ def test_false_failure_rate_over_seeds_stays_within_the_stated_bound():
     # delta = 0.2 per report: failures in S = 40 seeds are at most Binomial(40, 0.2) (mean 8, sd 2.5); more than
     # 8 + 3.3 sd = 16.3 has probability < 1e-3. n = 200 per case keeps each report to a fraction of a second.
     S, delta = 40, 0.2
-    reports = [check_generation(exact_sampler(), convention="batched", seed=s, num_samples=200,
+    reports = [audit_generation(exact_sampler(), convention="batched", seed=s, num_samples=200,
                                 promise=Promise(delta=delta)) for s in range(S)]
     bound = S * delta + 3.3 * math.sqrt(S * delta * (1 - delta))
     assert sum(not r.passed for r in reports) <= bound
@@ -117,12 +117,12 @@ def test_false_failure_rate_over_seeds_stays_within_the_stated_bound():
 
 @pytest.mark.stat
 def test_wrong_logprobs_and_stops_fail_even_when_the_law_is_right():
-    off = check_generation(exact_sampler(shift=2 * LOGPROB_TOLERANCE), convention="batched", num_samples=100)
+    off = audit_generation(exact_sampler(shift=2 * LOGPROB_TOLERANCE), convention="batched", num_samples=100)
     assert not off.passed and all(c.mismatches == c.num_samples and c.example for c in off.cases)
-    assert check_generation(exact_sampler(shift=LOGPROB_TOLERANCE / 2), convention="batched", num_samples=100).passed
-    stops = check_generation(exact_sampler(stop=False), convention="batched", num_samples=100)
+    assert audit_generation(exact_sampler(shift=LOGPROB_TOLERANCE / 2), convention="batched", num_samples=100).passed
+    stops = audit_generation(exact_sampler(stop=False), convention="batched", num_samples=100)
     assert not stops.passed and all(c.violations == c.num_samples for c in stops.cases)
-    unreported = check_generation(exact_sampler(logprobs=False), convention="batched", num_samples=100)
+    unreported = audit_generation(exact_sampler(logprobs=False), convention="batched", num_samples=100)
     assert unreported.passed and all(c.checked == 0 for c in unreported.cases) and " - " in str(unreported)
 
 
@@ -132,7 +132,7 @@ def test_the_library_loop_passes_every_case():
     # 41 132 calls, 63-112 s, is the README's figure): each threshold is tv_noise_bound at n = 400 and delta / 19,
     # so a correct loop still fails with probability <= 1e-3 (no power is promised at this n); the negative
     # controls are the variants below, which fail at n = 500
-    report = check_generation(speculate_fn(), num_samples=400)
+    report = audit_generation(speculate_fn(), num_samples=400)
     assert report.passed and not report.sized, str(report)
     assert all(c.checked == c.num_samples == 400 and c.mismatches == 0 for c in report.cases)
 
@@ -140,7 +140,7 @@ def test_the_library_loop_passes_every_case():
 @pytest.mark.stat
 def test_the_library_loop_with_block_verification_passes():
     cases = [c for c in CASES if c.name in ("repetition", "eos", "penalties_rounds")]  # penalty; EOS; rounds
-    assert check_generation(speculate_fn(LoopSpec(verifier="block")), cases=cases, num_samples=600).passed
+    assert audit_generation(speculate_fn(LoopSpec(verifier="block")), cases=cases, num_samples=600).passed
 
 
 @pytest.mark.stat
@@ -148,7 +148,7 @@ def test_an_unregistered_bug_fails_and_is_not_forced_onto_a_variant():
     # grammar="unmasked_drafts" is a LoopSpec value with no registry entry: its nearest variant (grammar_ignored)
     # is beyond its own noise bound on some case, so the report says no variant explains it
     cases = [c for c in CASES if "grammar" in c.features]
-    report = check_generation(speculate_fn(LoopSpec(grammar="unmasked_drafts")), cases=cases, num_samples=500)
+    report = audit_generation(speculate_fn(LoopSpec(grammar="unmasked_drafts")), cases=cases, num_samples=500)
     assert not report.passed and report.nearest == "" and report.diagnosis.startswith("no registered variant")
 
 
@@ -202,36 +202,36 @@ def test_the_battery_tells_every_variant_from_the_others(v):
 def test_every_variant_fails_and_is_named(v):
     # n = 500 on the cases that single the variant out (_cases_for): there a law variant's TV is >= 0.2, above
     # the threshold at n = 500 (<= 0.19 for M <= 17), and its nearest rival is >= 0.15 further off in summed TV
-    report = check_generation(speculate_fn(v.spec), cases=_cases_for(v), num_samples=500, subject=v.name)
+    report = audit_generation(speculate_fn(v.spec), cases=_cases_for(v), num_samples=500, subject=v.name)
     assert not report.passed and report.nearest == v.name, str(report)
     assert report.diagnosis.startswith(f"{v.name}: ") and "FAILED" in str(report)
 
 
 def test_a_misspecified_fn_raises_naming_the_rule():
     with pytest.raises(TypeError, match="fn must be callable"):
-        check_generation(3)
+        audit_generation(3)
     with pytest.raises(ValueError, match="convention must be one of 'loop', 'batched', 'transformers'"):
-        check_generation(speculate_fn(), convention="numpy")
+        audit_generation(speculate_fn(), convention="numpy")
     with pytest.raises(TypeError, match=r"'loop' convention, fn\(target, draft, prompt, settings, k, generator\)"):
-        check_generation(lambda target, draft, prompt, settings: None)
+        audit_generation(lambda target, draft, prompt, settings: None)
     with pytest.raises(TypeError, match="'batched' convention"):
-        check_generation(speculate_fn(), convention="batched")
+        audit_generation(speculate_fn(), convention="batched")
     with pytest.raises(TypeError, match=r"must return an Output or a \(tokens, logprobs\) pair"):
-        check_generation(lambda t, d, p, s, k, g: 3, num_samples=2)
+        audit_generation(lambda t, d, p, s, k, g: 3, num_samples=2)
     with pytest.raises(TypeError, match="tokens must be a 1-D integer tensor or a sequence of ints"):
-        check_generation(lambda t, d, p, s, k, g: ([0.5, 1.0], None), num_samples=2)
+        audit_generation(lambda t, d, p, s, k, g: ([0.5, 1.0], None), num_samples=2)
     with pytest.raises(TypeError, match="returned 1 outputs for num_samples = 2"):
-        check_generation(lambda t, d, p, s, k, n, g: [((0,), None)], convention="batched", num_samples=2)
+        audit_generation(lambda t, d, p, s, k, n, g: [((0,), None)], convention="batched", num_samples=2)
     with pytest.raises(ValueError, match="num_samples must be >= 1"):
-        check_generation(speculate_fn(), num_samples=0)
+        audit_generation(speculate_fn(), num_samples=0)
     with pytest.raises(TypeError, match="promise must be a Promise"):
-        check_generation(speculate_fn(), promise=0.1)
+        audit_generation(speculate_fn(), promise=0.1)
     with pytest.raises(TypeError, match="cases must be a non-empty sequence of GenerationCase"):
-        check_generation(speculate_fn(), cases=[("not", "a", "case")])
+        audit_generation(speculate_fn(), cases=[("not", "a", "case")])
 
 
 def test_off_vocabulary_tokens_break_the_contract():
-    report = check_generation(lambda t, d, p, s, k, g: ((7, 0), None), num_samples=5, cases=CASES[:1])
+    report = audit_generation(lambda t, d, p, s, k, g: ((7, 0), None), num_samples=5, cases=CASES[:1])
     assert not report.passed and report.cases[0].violations == 5 and report.cases[0].tv == pytest.approx(1.0)
 
 
@@ -242,8 +242,8 @@ def test_the_transformers_convention_drives_assisted_generation():
     from specdec_lib.conformance.generation_battery import transformers_cases
 
     cases = [c for c in transformers_cases() if c.name == "hf_eos"]  # an EOS that can be accepted mid-block
-    report = check_generation(assisted_generate, convention="transformers", cases=cases, num_samples=30)
+    report = audit_generation(assisted_generate, convention="transformers", cases=cases, num_samples=30)
     assert [c.num_samples for c in report.cases] == [30] and not report.sized and "none promised" in str(report)
     assert report.cases[0].checked == 30  # output_scores give a logprob for every new token
     with pytest.raises(TypeError, match="'transformers' convention"):
-        check_generation(lambda target, draft, ids: None, convention="transformers", cases=cases, num_samples=1)
+        audit_generation(lambda target, draft, ids: None, convention="transformers", cases=cases, num_samples=1)

@@ -7,7 +7,7 @@ from specdec_lib.conformance import laws
 from specdec_lib.conformance.randomness import (
     BROKEN,
     PROBES,
-    check_randomness,
+    audit_randomness,
     keyed_by_position,
     keyed_by_step,
     library_verifier,
@@ -28,7 +28,7 @@ from specdec_lib.markov.spec import DecoderSpec
 
 @pytest.mark.parametrize("method", ["token", "block"])
 def test_library_verify_blocks_passes_every_probe(method):
-    report = check_randomness(library_verifier(method), method=method, subject=f"sd.verify_blocks[{method}]")
+    report = audit_randomness(library_verifier(method), method=method, subject=f"sd.verify_blocks[{method}]")
     assert report.passed, str(report)
     assert [r.name for r in report.probes] == list(PROBES)
     assert all(r.measure <= 1e-12 for r in report.probes)
@@ -37,7 +37,7 @@ def test_library_verify_blocks_passes_every_probe(method):
 @pytest.mark.parametrize("method", ["token", "block"])
 def test_library_verify_block_passes_the_coin_probes(method):
     # one block a call (sd.verify_block): the edges and the grid law, on a coarser grid to stay in budget
-    report = check_randomness(library_verifier(method, one_block=True), method=method, grid=4,
+    report = audit_randomness(library_verifier(method, one_block=True), method=method, grid=4,
                               probes=("coin_zero", "coin_top", "grid_law"))
     assert report.passed, str(report)
 
@@ -46,7 +46,7 @@ def test_library_verify_block_passes_the_coin_probes(method):
 def test_each_broken_reference_fails_its_probe_and_is_named(name):
     fn, convention, method = broken_verifier(name)
     probe = BROKEN[name][0]
-    report = check_randomness(fn, convention=convention, method=method, probes=(probe,), subject=name)
+    report = audit_randomness(fn, convention=convention, method=method, probes=(probe,), subject=name)
     assert report.failed() == (probe,), str(report)
     text = str(report)
     assert f"FAILED: {probe}" in text and "catches:" in text and report.probes[0].catches in text
@@ -60,7 +60,7 @@ def test_the_poison_probe_compares_against_zeroed_fresh_buffers(monkeypatch):
 
     fn, convention, method = broken_verifier("empty_scratch")
     assert convention == "uniforms"
-    fn = keyed_by_step(fn)  # as check_randomness hands it to the probes
+    fn = keyed_by_step(fn)  # as audit_randomness hands it to the probes
     real = torch.empty_like
     monkeypatch.setattr(torch, "empty_like", lambda *a, **kw: real(*a, **kw).fill_(float("nan")))
 
@@ -75,13 +75,13 @@ def test_controls_that_only_their_probe_catches():
     # float32 coins pass everything but the top edge; a reused coin everything but the grid law
     for name in ("float32_coins", "reused_coin", "position_keyed_block"):
         fn, convention, method = broken_verifier(name)
-        report = check_randomness(fn, convention=convention, method=method, probes=PROBES[:4])
+        report = audit_randomness(fn, convention=convention, method=method, probes=PROBES[:4])
         assert report.failed() == (BROKEN[name][0],), str(report)
 
 
 def test_position_keys_are_harmless_for_the_token_rule_and_biased_for_block_verification():
-    token = check_randomness(keyed_by_position(library_verifier("token")), convention="keyed", probes=("rounds",))
-    block = check_randomness(keyed_by_position(library_verifier("block")), convention="keyed", method="block",
+    token = audit_randomness(keyed_by_position(library_verifier("token")), convention="keyed", probes=("rounds",))
+    block = audit_randomness(keyed_by_position(library_verifier("block")), convention="keyed", method="block",
                              probes=("rounds",))
     assert token.passed and token.probes[0].measure < 1e-12
     # 0.0718: the exact TV (enumeration over the probe's coin grid, no sampling) between the two-round law of
@@ -138,10 +138,10 @@ def test_grid_source_keeps_a_keys_value_across_calls():
 
 def test_arguments_are_checked():
     with pytest.raises(ValueError, match="convention must be one of"):
-        check_randomness(library_verifier(), convention="probs")
+        audit_randomness(library_verifier(), convention="probs")
     with pytest.raises(ValueError, match="probes must be one of"):
-        check_randomness(library_verifier(), probes=("coin_one",))
+        audit_randomness(library_verifier(), probes=("coin_one",))
     with pytest.raises(TypeError, match="probes must be a tuple of probe names"):
-        check_randomness(library_verifier(), probes="batch")
+        audit_randomness(library_verifier(), probes="batch")
     with pytest.raises(TypeError, match="fn must be callable"):
-        check_randomness(3)
+        audit_randomness(3)
