@@ -1,10 +1,13 @@
 """Act V, bending the rules, presentation: the Pareto plot, the typical and policy views and their explorers, lookup."""
 import base64
+import math
 
 import pytest
+import torch
 from matplotlib.figure import Figure
 
 import specdec_lib as sd
+from specdec_lib.markov.draft_rules import MEDUSA_EPS
 from specdec_lib.presentation import bending_the_rules as views
 
 CH = sd.reference_chain()
@@ -157,7 +160,103 @@ def test_lab_drafts_are_the_recorded_tables():
         views.lab_drafts(("prompt",))
 
 
+def _stats(mode, *, horizon=3, **options):
+    """The exact engine's DecoderStats at k = 4 on the reference chain, called directly."""
+    return sd.decoder_stats(CH.P, CH.Q, start=CH.start, horizon=horizon, k=4, mode=mode, options=options or None)
+
+
+def _check_pareto(fig):
+    """Every delta's front on both panels: x the gain in H/E[R] over the exact decoder, y its TV or KL, each point
+    against typical_sweep called here at three epsilons, to 1e-12; Medusa's ring is the registry's decoder."""
+    exact = _stats("correct").tokens_per_call
+    medusa = _stats("typical_acceptance")
+    for ax, what in zip(fig.axes, ("tv", "kl")):
+        for delta in views.DELTAS:
+            (line,) = _lines(ax, f"delta_{delta:g}")
+            x, y = list(line.get_xdata()), list(line.get_ydata())
+            assert len(x) == len(y) == 31
+            at = [0, 9, 30]  # epsilon 0, Medusa's 0.09, 0.30
+            points = sd.markov.typical_sweep(CH.P, CH.Q, start=CH.start, horizon=3, k=4,
+                                             epsilons=[views.EPSILONS[i] for i in at], delta=delta)
+            assert max(abs(x[i] - (p.tokens_per_call - exact)) for i, p in zip(at, points)) < 1e-12
+            assert max(abs(y[i] - getattr(p, what)) for i, p in zip(at, points)) < 1e-12
+        (ring,) = _lines(ax, "medusa")
+        assert abs(ring.get_xdata()[0] - (medusa.tokens_per_call - exact)) < 1e-12
+        assert abs(ring.get_ydata()[0] - getattr(medusa, what)) < 1e-12
+        (star,) = _lines(ax, views.EXACT_GID)
+        assert list(star.get_xdata()) == [0.0] and list(star.get_ydata()) == [0.0] and _stats("correct").tv < 1e-12
+    assert f"H/E[R] = {exact:.3f}, TV 0" in fig._suptitle.get_text()
+
+
+def _check_typical_view(fig):
+    """Medusa's defaults (0.09, 0.3) starred at their exact gain and TV; each state's threshold
+    min(epsilon, delta exp(-H)) by hand, its row's tokens above it kept and the rest cut."""
+    left, right = fig.axes
+    exact = _stats("correct").tokens_per_call
+    (point,) = sd.markov.typical_sweep(CH.P, CH.Q, start=CH.start, horizon=3, k=4, epsilons=[0.09], delta=0.3)
+    (star,) = _lines(left, views.STAR_GID)
+    assert abs(star.get_xdata()[0] - (point.tokens_per_call - exact)) < 1e-12
+    assert abs(star.get_ydata()[0] - point.tv) < 1e-12
+    for s in range(5):
+        p = CH.P[s].double()
+        t = min(0.09, 0.3 * math.exp(float((p * torch.log(p + MEDUSA_EPS)).sum())))
+        (threshold,) = _lines(right, f"threshold_{s}")
+        assert max(abs(v - t) for v in threshold.get_ydata()) < 1e-12
+        kept, cut = (list(_lines(right, f"{kind}_{s}")[0].get_ydata()) for kind in ("kept", "cut"))
+        assert kept == [v for v in p.tolist() if v > t] and cut == [v for v in p.tolist() if v <= t]
+
+
+def _check_policies(fig):
+    """The long-run S (left) and N̄ (right) against m̄: the fixed-k curve k = 0..8 and every policy's marker from
+    policy_speedup and optimal_stopping called here, to 1e-12; each S = N̄ / C̄; the oracle starred, best of all."""
+    kw = {"c_d": 0.15, "c_v": 1.0}
+    fixed = [sd.policy_speedup(CH.P, CH.Q, policy="fixed", k=k, **kw) for k in range(9)]
+    res = {"fixed k": fixed[4],
+           "transformers' schedule": sd.policy_speedup(CH.P, CH.Q, policy="hf_schedule", k_max=8, **kw),
+           "confidence stop": sd.policy_speedup(CH.P, CH.Q, policy="confidence", confidence=0.4, k=4, k_max=8, **kw),
+           "oracle stopping": sd.markov.optimal_stopping(CH.P, CH.Q, k_max=8, **kw).result}
+    for r in [*fixed, *res.values()]:
+        assert abs(r.speedup - r.tokens_per_round / r.cost_per_round) < 1e-12
+    for ax, what in zip(fig.axes, ("speedup", "tokens_per_round")):
+        (curve,) = _lines(ax, "fixed_curve")
+        assert list(curve.get_xdata()) == list(range(9))
+        assert max(abs(y - getattr(r, what)) for y, r in zip(curve.get_ydata(), fixed)) < 1e-12
+        for name, r in [*res.items(), (views.STAR_GID, res["oracle stopping"])]:
+            (mark,) = _lines(ax, name)
+            assert abs(mark.get_xdata()[0] - r.drafted_per_round) < 1e-12
+            assert abs(mark.get_ydata()[0] - getattr(r, what)) < 1e-12
+    assert res["oracle stopping"].speedup > max(r.speedup for r in [*fixed, *res.values()][:-1])
+    assert fig._suptitle.get_text().startswith(f"oracle stopping: S = {res['oracle stopping'].speedup:.3f}")
+
+
+def _check_lookup(fig):
+    """The model draft's S at each c_d = horizon / (plain rounds + verified rounds c_v + drafted c_d), by hand from
+    the exact engine's stats, to 1e-12; lookup's flat S at c_d = 0; the break-even c_d where the two meet."""
+    ax = fig.axes[0]
+    lookup, model = _stats("ngram_lookup", horizon=5, ngram_match="latest"), _stats("correct", horizon=5)
+
+    def s(st, c_d):
+        return st.horizon / (st.plain_rounds + (st.rounds - st.plain_rounds) * 1.0 + st.drafted * c_d)
+
+    (line,) = _lines(ax, "model")
+    assert max(abs(x - 0.01 * i) for i, x in enumerate(line.get_xdata())) < 1e-12 and len(line.get_xdata()) == 81
+    assert max(abs(y - s(model, x)) for x, y in zip(line.get_xdata(), line.get_ydata())) < 1e-12
+    (flat,) = _lines(ax, "lookup")
+    assert max(abs(y - s(lookup, 0.0)) for y in flat.get_ydata()) < 1e-12
+    even = (model.horizon / s(lookup, 0.0) - model.plain_rounds - (model.rounds - model.plain_rounds)) / model.drafted
+    assert abs(s(model, even) - s(lookup, 0.0)) < 1e-12
+    (vline,) = [ln for ln in ax.get_lines() if ln.get_gid() is None and ln.get_xdata()[0] == ln.get_xdata()[-1]]
+    assert abs(vline.get_xdata()[0] - even) < 1e-12
+    assert [t.get_text() for t in ax.texts] == [f"break-even c_d = {even:.2f}"]
+
+
 @pytest.mark.heavy
-def test_figures_are_registered_and_build():
+@pytest.mark.parametrize("name", ["act5b_pareto", "act5b_typical_view", "act5b_policies", "act5b_lookup"])
+def test_figures_are_registered_and_build(name):
+    """The four registered figures, each drawing the exact engine's numbers computed here directly (see each check):
+    the Pareto fronts, the typical view at Medusa's defaults, the long-run policies, lookup against a model draft."""
     assert set(views.FIGURES) == {"act5b_pareto", "act5b_typical_view", "act5b_policies", "act5b_lookup"}
-    assert all(isinstance(build(), Figure) for build in views.FIGURES.values())
+    fig = views.FIGURES[name]()
+    assert isinstance(fig, Figure)
+    {"act5b_pareto": _check_pareto, "act5b_typical_view": _check_typical_view, "act5b_policies": _check_policies,
+     "act5b_lookup": _check_lookup}[name](fig)
