@@ -2,10 +2,13 @@
 import base64
 
 import pytest
+import torch
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
 import specdec_lib as sd
 from specdec_lib.presentation import many_drafts_and_trees as views
+from specdec_lib.presentation.style import COLORS
 
 CH = sd.reference_chain()
 RULES = [r.name for r in sd.multidraft.multidraft_rules()]
@@ -136,8 +139,90 @@ def test_bad_input_names_the_argument():
         views.plot_tree_view(widths=3)
 
 
-@pytest.mark.heavy
-def test_figures_are_registered_and_build():
+def _check_acceptance(ax, p, q):
+    """Every rule's line: multidraft_accept_probability at n = 1..5 called here, to 1e-12; at n = 1 the hand values
+    (beta = sum min(p, q) for a draft sampled from q, p(argmax q) for the one-hot drafts); beta's dotted line."""
+    pd, qd = (x.double() / x.double().sum() for x in (p, q))
+    beta = float(torch.minimum(pd, qd).sum())
+    for rule in RULES:
+        (line,) = _lines(ax, rule)
+        want = [sd.multidraft.multidraft_accept_probability(p, q, num_drafts=n, rule=rule) for n in range(1, 6)]
+        assert list(line.get_xdata()) == [1, 2, 3, 4, 5]
+        assert max(abs(y - w) for y, w in zip(line.get_ydata(), want)) < 1e-12
+        if rule.startswith("onehot"):
+            assert abs(want[0] - float(pd[qd.argmax()])) < 1e-12
+        elif rule != "walk_duplicate_siblings":  # the walk fed i.i.d. drafts is the one rule off beta at n = 1
+            assert abs(want[0] - beta) < 1e-12
+        assert line.get_linestyle() == ("-" if sd.multidraft.RULES[rule].exact else "--")
+    (dotted,) = _lines(ax, views.BETA_GID)
+    assert abs(dotted.get_ydata()[0] - beta) < 1e-7  # sd.overlap on the float32 pair
+    assert f"β = 1 - TV = {beta:.3f}" in ax.get_title()
+
+
+def _check_tree_view(fig):
+    """The (3, 2, 1) tree's nodes level by level; rrs's first-two-token law from tree_law called here, to 1e-12, and
+    the target's P(x1 | start) P(x2 | x1) by hand; E[N] and S = E[N] / (3 c_d + 1 + 0.05 |T|) in the title."""
+    left, right = fig.axes
+    for depth, count in enumerate((1, 3, 6, 6)):
+        (level,) = _lines(left, f"depth_{depth}")
+        assert list(level.get_xdata()) == [(i + 0.5) / count for i in range(count)]
+    law = sd.markov.tree_law(CH.P, CH.Q, start=CH.start, horizon=4, widths=(3, 2, 1), rule="rrs")
+    first_two = law.reshape(5, 5, -1).sum(-1).reshape(-1)
+    assert max(abs(b.get_height() - w) for b, w in zip(right.patches, first_two.tolist())) < 1e-12
+    P = CH.P.double() / CH.P.double().sum(-1, keepdim=True)  # the float32 rows renormalised in float64
+    target = [float(P[CH.start, x1] * P[x1, x2]) for x1 in range(5) for x2 in range(5)]
+    (ticks,) = _lines(right, views.TARGET_GID)
+    assert max(abs(y - w) for y, w in zip(ticks.get_ydata(), target)) < 1e-12 and len(right.patches) == 25
+    assert max(abs(b.get_height() - w) for b, w in zip(right.patches, target)) < 1e-12  # rrs is exact
+    e_n = sd.markov.tree_expected_tokens(CH.P, CH.Q, start=CH.start, widths=(3, 2, 1), rule="rrs")
+    s = e_n / (3 * 0.15 + 1 + 0.05 * 15)
+    assert right.get_title() == f"rrs: E[N] = {e_n:.3f}, S = {s:.3f}; TV over 4 tokens < 1e-12"
+    assert left.get_title() == "widths (3, 2, 1): |T| = 15 draft nodes, depth 3"
+
+
+def _check_tree_bugs(ax):
+    """Each bug's bar its exact TV from tree_bugs called here, top to bottom, to 1e-12; three recomputed from the
+    engine: greedy's 1 - P(the argmax path) by hand, the one-hot top-n drafts (exact) and the walk fed i.i.d. drafts."""
+    bugs = sd.markov.tree_bugs.tree_bugs()
+    bars = sorted(ax.patches, key=lambda b: -b.get_y())
+    assert len(bars) == len(bugs) and max(abs(b.get_width() - bug.tv) for b, bug in zip(bars, bugs)) < 1e-12
+    at = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks())}
+    assert sorted(at, key=at.get, reverse=True) == [b.name for b in bugs]  # listed top to bottom in order
+    tv = {bug.name: bar.get_width() for bug, bar in zip(bugs, bars)}
+    P, path, x = CH.P.double() / CH.P.double().sum(-1, keepdim=True), 1.0, CH.start
+    for _ in range(4):
+        x, path = int(P[x].argmax()), path * float(P[x].max())
+    assert abs(tv["greedy at any temperature"] - (1 - path)) < 1e-12
+    target = sd.sequence_law(CH.P, start=CH.start, horizon=4)
+    for name, rule in (("top-n drafts with qx = 1 (one-hot)", "onehot_sequential"),
+                       ("SGLang's walk fed i.i.d. drafts", "walk_duplicate_siblings")):
+        law = sd.markov.tree_law(CH.P, CH.Q, start=CH.start, horizon=4, widths=(3, 2, 1), rule=rule)
+        assert abs(tv[name] - float(sd.total_variation(law, target))) < 1e-12
+    assert tv["top-n drafts with qx = 1 (one-hot)"] < 1e-12 < tv["SGLang's walk fed i.i.d. drafts"]
+    assert [b.get_facecolor() for b in bars] == [to_rgba(COLORS["target" if bug.tv < 1e-12 else "wrong"])
+                                                 for bug in bugs]
+
+
+@pytest.mark.parametrize("name", ["act5_acceptance_vs_n", "act5_acceptance_under_confident", "act5_tree_view",
+                                  "act5_tree_bugs"])
+def test_figures_are_registered_and_build(name):
+    """The four registered figures, each drawing the exact engine's numbers computed here directly (see each check):
+    acceptance against n on the post's pair and on the under-confident pair softmax(l) against softmax(l / 2), the
+    (3, 2, 1) tree's view with rrs, and the tree bugs' exact TVs."""
     assert set(views.FIGURES) == {"act5_acceptance_vs_n", "act5_acceptance_under_confident", "act5_tree_view",
                                   "act5_tree_bugs"}
-    assert all(isinstance(build(), Figure) for build in views.FIGURES.values())
+    fig = views.FIGURES[name]()
+    assert isinstance(fig, Figure)
+    if name == "act5_acceptance_vs_n":
+        _check_acceptance(fig.axes[0], *sd.post_pair())
+    elif name == "act5_acceptance_under_confident":
+        logits = torch.tensor([3.0, 1.0, 0.0, 0.0, -1.0], dtype=torch.float64)
+        p, q = views.PAIRS["under-confident draft"]
+        assert max((p.double() - torch.softmax(logits, -1)).abs().max(),
+                   (q.double() - torch.softmax(logits / 2, -1)).abs().max()) < 1e-7  # float32 pair
+        _check_acceptance(fig.axes[0], p, q)
+        assert "an under-confident draft" in fig.axes[0].get_title()
+    elif name == "act5_tree_view":
+        _check_tree_view(fig)
+    else:
+        _check_tree_bugs(fig.axes[0])
