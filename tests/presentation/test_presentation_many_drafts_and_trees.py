@@ -203,6 +203,7 @@ def _check_tree_bugs(ax):
                                                  for bug in bugs]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("name", ["act5_acceptance_vs_n", "act5_acceptance_under_confident", "act5_tree_view",
                                   "act5_tree_bugs"])
 def test_figures_are_registered_and_build(name):
