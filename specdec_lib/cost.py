@@ -10,7 +10,7 @@ import torch
 from ._checks import check_alpha, check_int, check_numbers, check_real
 from .accounting import expected_tokens
 
-__all__ = ["CostV", "c_v_at", "speedup", "speedup_grid", "BestK", "best_k"]
+__all__ = ["CostV", "c_v_at", "round_cost", "cost_equation", "speedup", "speedup_grid", "BestK", "best_k"]
 
 CostV = float | Callable[[int], float]  # c_v: a number, or a function of the draft length k
 
@@ -30,6 +30,23 @@ def c_v_at(c_v: CostV, k: int) -> float:
     return value
 
 
+def round_cost(*, draft_steps: int, c_d, c_v, overhead=0.0):
+    """C = draft_steps c_d + c_v + overhead: one round in target steps, the cost equation's denominator (the one
+    place it is written). Numbers are checked (draft_steps an int >= 0, c_d and overhead >= 0, c_v > 0, finite); a
+    tensor c_d (a grid of draft costs) is taken as its caller checked it and gives a tensor."""
+    draft_steps = check_int("draft_steps", draft_steps, minimum=0)
+    if not isinstance(c_d, torch.Tensor):
+        c_d = _nonneg("c_d", c_d)
+    return draft_steps * c_d + c_v_at(c_v, draft_steps) + _nonneg("overhead", overhead)
+
+
+def cost_equation(e_n, *, draft_steps: int, c_d, c_v, overhead=0.0):
+    """S = E[N] / (draft_steps c_d + c_v + overhead): the cost equation on exact or measured terms (E[N] > 0)."""
+    if not isinstance(e_n, torch.Tensor):
+        e_n = check_real("e_n", e_n, low=0.0, low_open=True)
+    return e_n / round_cost(draft_steps=draft_steps, c_d=c_d, c_v=c_v, overhead=overhead)
+
+
 def speedup(alpha, *, c_d: float, k: int, c_v: CostV, overhead: float = 0.0) -> float:
     """S(k) = E[N(k)] / (k c_d + c_v(k) + overhead); k = 0 is the baseline itself and returns 1.0."""
     k = check_int("k", k, minimum=0)
@@ -40,7 +57,7 @@ def speedup(alpha, *, c_d: float, k: int, c_v: CostV, overhead: float = 0.0) -> 
         if not callable(c_v):
             c_v_at(c_v, 0)
         return 1.0
-    return e_n / (k * c_d + c_v_at(c_v, k) + overhead)
+    return cost_equation(e_n, draft_steps=k, c_d=c_d, c_v=c_v_at(c_v, k), overhead=overhead)
 
 
 def speedup_grid(alphas, c_ds, *, k: int, c_v: CostV, overhead: float = 0.0) -> torch.Tensor:
@@ -52,7 +69,8 @@ def speedup_grid(alphas, c_ds, *, k: int, c_v: CostV, overhead: float = 0.0) -> 
     if k == 0:
         return torch.ones(len(alphas), len(c_ds), dtype=torch.float64)
     e_n = torch.tensor([expected_tokens(a, k) for a in alphas], dtype=torch.float64)  # (A,)
-    cost = k * torch.tensor(c_ds, dtype=torch.float64) + c_v_at(c_v, k) + overhead  # (C,)
+    cost = round_cost(draft_steps=k, c_d=torch.tensor(c_ds, dtype=torch.float64), c_v=c_v_at(c_v, k),
+                      overhead=overhead)  # (C,)
     return e_n[:, None] / cost[None, :]  # (A, C)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_choice, check_int
+from ..cost import cost_equation
 from ..telemetry import SpecDecodeLog
 from .generation import Decoding, generate_plain, generate_speculative
 from .measure import time_terms
@@ -125,7 +126,8 @@ def measure_run(target, drafter, prompt: torch.Tensor, k: int, *, plain: Decoded
     greedy = decoding.temperature == 0
     div = first_divergence(tokens, plain.tokens) if greedy else None
     return RunResult(T_1=T_1, c_d=c_d, c_v=c_v, e_n=e_n, alpha=list(s.conditional_acceptance),
-                     predicted=e_n / (k * c_d + c_v), measured=plain.per_token / spec.per_token,
+                     predicted=cost_equation(e_n, draft_steps=k, c_d=c_d, c_v=c_v),
+                     measured=plain.per_token / spec.per_token,
                      equal_to_plain=(div is None) if greedy else None, first_divergence=div, spec=spec)
 
 

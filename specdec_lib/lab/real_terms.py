@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass
 
 from .._checks import check_real
+from ..cost import cost_equation
 
 __all__ = ["REPEATED", "RunRepeat", "median", "summarise_repeats", "check_repeats", "repeats_table", "T1Spread",
            "t1_spread", "StepTraffic", "step_traffic", "RoundCounts", "round_counts"]
@@ -50,7 +51,7 @@ def summarise_repeats(repeats: list[RunRepeat], k: int) -> dict:
     if not repeats:
         raise ValueError("repeats must hold at least one RunRepeat, got none")
     out = {f: median(getattr(r, f) for r in repeats) for f in MEDIANS}
-    out["predicted"] = out["e_n"] / (k * out["c_d"] + out["c_v"])
+    out["predicted"] = cost_equation(out["e_n"], draft_steps=k, c_d=out["c_d"], c_v=out["c_v"])
     out["ranges"] = {f: [min(getattr(r, f) for r in repeats), max(getattr(r, f) for r in repeats)] for f in REPEATED}
     return out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from ..cost import cost_equation, round_cost
 from ..telemetry import SpecDecodeLog
 
 __all__ = ["SpeedupTable", "VerifierRun", "RepeatTotals", "PairTerms", "VerifierTotals", "summarize"]
@@ -172,10 +173,10 @@ def summarize(ks: list[int], terms: PairTerms, verifiers: dict[str, VerifierTota
     runs = verifiers["token"]
     c_d, c_v = [med(terms.c_d[k]) for k in ks], [med(terms.c_v[k]) for k in ks]
     e_n = runs.e_n()
-    predicted = [e / (k * cd + cv) for e, k, cd, cv in zip(e_n, ks, c_d, c_v)]
+    predicted = [cost_equation(e, draft_steps=k, c_d=cd, c_v=cv) for e, k, cd, cv in zip(e_n, ks, c_d, c_v)]
     speed = runs.speeds()
     rounds = [[rep[k].round_cost for rep in runs.totals] for k in ks]  # per k and repeat: a round, in plain tokens
-    overhead = [med(rd) - (k * cd + cv) for rd, k, cd, cv in zip(rounds, ks, c_d, c_v)]
+    overhead = [med(rd) - round_cost(draft_steps=k, c_d=cd, c_v=cv) for rd, k, cd, cv in zip(rounds, ks, c_d, c_v)]
     return SpeedupTable(ks=ks, T_1=med(terms.T_1), c_d=c_d, c_v=c_v, e_n=e_n,
                         alpha=runs.logs[ks[-1]].summary().conditional_acceptance, predicted=predicted,
                         measured=[med(sp) for sp in speed], measured_range=[(min(sp), max(sp)) for sp in speed],

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_widths
+from ..cost import cost_equation
 from ..telemetry import SpecDecodeLog
 from .generation import GREEDY, Decoding, check_decoding, decode_step, generate_plain
 from .measure import MeasurePlan, median_times
@@ -151,5 +152,6 @@ def measure_trees(target, drafter, prompts, trees, *, rule: str = "onehot_sequen
                                   for r in range(plan.repeats)) for j in range(len(trees))]
     nodes = [drafter.tree_bounds()[0] if w is None else tree_size(w) for w in trees]
     return TreeTable(trees=trees, nodes=nodes, T_1=statistics.median(T_1s), c_d=cd, c_v=cv,
-                     e_n=e_n, predicted=[e / (d + v) for e, d, v in zip(e_n, cd, cv)], measured=measured,
+                     e_n=e_n, predicted=[cost_equation(e, draft_steps=1, c_d=d, c_v=v) for e, d, v in zip(e_n, cd, cv)],
+                     measured=measured,
                      repeats=plan.repeats, draft=getattr(drafter, "name", "draft"), rule=rule)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_choice, check_int, check_real
+from ..cost import round_cost
 from .long_run import (
     CostedChain,
     PolicyResult,
@@ -96,7 +97,7 @@ def evaluate(c: CostedChain, k_max: int, cont: Sequence[torch.Tensor]) -> RuleLa
     for j in range(k_max + 1):
         go = cont[j] if j < k_max else torch.zeros_like(reach)
         stop = (reach * (1 - go)).reshape(V, -1).sum(1)  # (V,) P(m = j)
-        cost += stop * (1.0 if j == 0 else j * c.c_d + c.c_v)
+        cost += stop * (1.0 if j == 0 else round_cost(draft_steps=j, c_d=c.c_d, c_v=c.c_v))
         m += stop * j
         full += _ends(reach * (1 - go) * ap[j]) @ c.P  # all j accepted: the bonus from the row of y_j
         if j == k_max or not go.any():  # nobody drafts deeper: nothing more to add

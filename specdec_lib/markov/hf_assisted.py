@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_choice, check_generator, check_int, check_real
+from ..cost import round_cost
 from .long_run import PolicyResult, costed_chain, long_run_result, round_law, stationary
 
 __all__ = [
@@ -117,7 +118,7 @@ class AssistedText:
 
     def costs(self) -> list[float]:
         """C_r: 1 for a round that drafted nothing, m_r c_d + c_v otherwise."""
-        return [1.0 if m == 0 else m * self.c_d + self.c_v for m in self.drafted]
+        return [1.0 if m == 0 else round_cost(draft_steps=m, c_d=self.c_d, c_v=self.c_v) for m in self.drafted]
 
     @property
     def speedup(self) -> float:

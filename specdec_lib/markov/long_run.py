@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_int, check_real
+from ..cost import round_cost
 from ..sampling import accept_ratio, residual_weights
 from .chain import check_table
 
@@ -129,7 +130,7 @@ def round_law(c: CostedChain, *, k: int, confidence: float = 0.0) -> RoundLaw:
         jumps[j] += torch.einsum("sby,bz->sz", miss, c.res)  # N = j: j - 1 accepted, then the residual token
         go = sure if j < k else torch.zeros_like(sure)
         stop, stop_kept, stop_count = ((x * (1 - go)).sum(1) for x in (drafted, kept, count))  # (s, y)
-        C = j * c.c_d + c.c_v
+        C = round_cost(draft_steps=j, c_d=c.c_d, c_v=c.c_v)
         cost += stop.sum(1) * C
         m += stop.sum(1) * j
         ratio += (stop.sum(1) + stop_count.sum(1)) / C  # E[N 1{m = j}] / C(j)

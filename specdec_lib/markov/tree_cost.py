@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_int, check_real, check_widths
-from ..cost import CostV, c_v_at
+from ..cost import CostV, c_v_at, cost_equation
 from .tree import tree_expected_tokens
 
 __all__ = ["tree_nodes", "tree_speedup", "TreeSearch", "DEFAULT_SEARCH", "check_search", "BestTree", "all_trees",
@@ -34,7 +34,8 @@ def tree_speedup(P: torch.Tensor, Q: torch.Tensor, *, start: int, widths, rule: 
     c_d = check_real("c_d", c_d, low=0.0)
     overhead = check_real("overhead", overhead, low=0.0)
     e_n = tree_expected_tokens(P, Q, start=start, widths=widths, rule=rule)
-    return e_n / (len(widths) * c_d + c_v_at(c_v, tree_nodes(widths)) + overhead)
+    return cost_equation(e_n, draft_steps=len(widths), c_d=c_d, c_v=c_v_at(c_v, tree_nodes(widths)),
+                         overhead=overhead)
 
 
 @dataclass(frozen=True)

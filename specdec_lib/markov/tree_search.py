@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .._checks import check_int, check_real, check_widths
-from ..cost import CostV, c_v_at
+from ..cost import CostV, c_v_at, cost_equation
 from ..multidraft import MAX_TABLE
 from ..multidraft_rules import Hub, KSeq, Stages, Walk, count_outcomes, node_outcomes
 from .tree import check_tree
@@ -172,7 +172,7 @@ def ordered_tree_speedup(P: torch.Tensor, Q: torch.Tensor, *, start: int, tree, 
     tree = check_ordered_tree(tree)
     c_d, overhead = check_real("c_d", c_d, low=0.0), check_real("overhead", overhead, low=0.0)
     e_n = ordered_tree_tokens(P, Q, start=start, tree=tree, rule=rule)
-    return e_n / (tree.depth * c_d + c_v_at(c_v, tree.size) + overhead)
+    return cost_equation(e_n, draft_steps=tree.depth, c_d=c_d, c_v=c_v_at(c_v, tree.size), overhead=overhead)
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,8 @@ def best_ordered_trees(P: torch.Tensor, Q: torch.Tensor, *, start: int, rule: st
     found = staircase(P, Q, start=start, v=v, budget=max(budgets), max_width=search.max_width, views=views)
     out = {}
     for b in budgets:
-        scored = [(e / (t.depth * c_d + c_v_at(c_v, t.size) + search.overhead), -t.size, -t.depth, e, t)
+        scored = [(cost_equation(e, draft_steps=t.depth, c_d=c_d, c_v=c_v_at(c_v, t.size), overhead=search.overhead),
+                   -t.size, -t.depth, e, t)
                   for e, t in found if t.size <= b and t.depth <= search.max_depth]
         s, _, _, e, t = max(scored, key=lambda r: r[:3])
         out[b] = BestOrderedTree(tree=t, speedup=s, expected_tokens=e, nodes=t.size, depth=t.depth)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_choice, check_int, check_numbers, check_real
+from ..cost import round_cost
 from ..multidraft import multidraft_accept_probability
 from ..multidraft_optimum import multidraft_optimum
 from ..policy import policy_table
@@ -135,7 +136,7 @@ def verifier_speedup(P, Q, *, k: int, verifier: str, c_d: float, c_v: float,
         n, nxt = r.n, r.next_start
     V = P.shape[0]
     return long_run_result(f"{verifier} rule, k = {k}", stationary(nxt), n=n,
-                           cost=torch.full((V,), k * c_d + c_v, dtype=torch.float64),
+                           cost=torch.full((V,), round_cost(draft_steps=k, c_d=c_d, c_v=c_v), dtype=torch.float64),
                            m=torch.full((V,), float(k), dtype=torch.float64))
 
 

@@ -1,9 +1,14 @@
 """Act IV: the cost equation, the speedup grid and the search for the best k."""
+import ast
+import pathlib
+import re
+
 import pytest
 import torch
 
+import specdec_lib
 from specdec_lib.accounting import expected_tokens
-from specdec_lib.cost import BestK, best_k, speedup, speedup_grid
+from specdec_lib.cost import BestK, best_k, cost_equation, round_cost, speedup, speedup_grid
 
 ALPHAS = [0.4, 0.6, 0.8, 0.9]
 C_DS = [0.05, 0.10, 0.20, 0.30, 0.40]
@@ -165,3 +170,49 @@ def test_configuration_is_keyword_only():
         best_k(0.8, 0.15, 1.6)
     with pytest.raises(TypeError):
         speedup_grid([0.8], [0.15], 8, 1.6)
+
+
+# --- the cost equation's one home: every S = E[N] / C in the library calls cost_equation / round_cost -----------
+def test_round_cost_and_cost_equation():
+    assert round_cost(draft_steps=4, c_d=0.15, c_v=1.2, overhead=0.05) == 4 * 0.15 + 1.2 + 0.05
+    assert cost_equation(3.0, draft_steps=4, c_d=0.15, c_v=1.2) == 3.0 / (4 * 0.15 + 1.2)
+    # the alpha form is the same equation on E[N] = (1 - alpha^(k+1)) / (1 - alpha)
+    e_n = (1 - 0.8 ** 5) / (1 - 0.8)
+    assert speedup(0.8, c_d=0.05, k=4, c_v=1.1) == pytest.approx(e_n / (4 * 0.05 + 1.1), abs=1e-12)
+    grid = round_cost(draft_steps=2, c_d=torch.tensor([0.0, 0.5], dtype=torch.float64), c_v=1.0)
+    assert grid.tolist() == [1.0, 2.0]
+    for kwargs, err, match in [(dict(draft_steps=-1, c_d=0.1, c_v=1.0), ValueError, "draft_steps"),
+                               (dict(draft_steps=1, c_d=-0.1, c_v=1.0), ValueError, "c_d"),
+                               (dict(draft_steps=1, c_d=0.1, c_v=0.0), ValueError, "c_v"),
+                               (dict(draft_steps=1, c_d=0.1, c_v=1.0, overhead=-1.0), ValueError, "overhead")]:
+        with pytest.raises(err, match=match):
+            round_cost(**kwargs)
+    with pytest.raises(ValueError, match="e_n"):
+        cost_equation(0.0, draft_steps=1, c_d=0.1, c_v=1.0)
+
+
+def _code_lines(path: pathlib.Path) -> list[tuple[int, str]]:
+    """(line number, text) of a module's code: docstrings and comments dropped."""
+    text = path.read_text()
+    strings = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Expr)
+               and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)]
+    doc = {n for node in strings for n in range(node.lineno, node.end_lineno + 1)}
+    return [(i, line.split("#")[0]) for i, line in enumerate(text.splitlines(), 1) if i not in doc]
+
+
+SPELLED = [re.compile(r"\*\s*[\w.]*\bc_?d\s*\+\s*[\w.]*\bc_?v\b"),  # k c_d + c_v: a round's cost written out
+           re.compile(r"/\s*\(\s*[\w.]+\s*\*\s*[\w.]+\s*\+\s*[\w.]+"),  # E / (k c_d + ...): the equation
+           re.compile(r"\be\w*\s*/\s*\(\s*\w+\s*\+\s*\w+\s*\)")]  # E / (D + V): a tree's, one draft phase
+
+
+def test_every_cost_equation_calls_the_one_home():
+    # the equation written out appears in cost.py alone (graders and figures aside: a grader spells the learner's
+    # wrong answers, a figure draws the lanes); every other module calls round_cost or cost_equation
+    root = pathlib.Path(specdec_lib.__file__).parent
+    hits = [f"{p.relative_to(root)}:{i}" for p in sorted(root.rglob("*.py"))
+            if p.parts[-2] not in ("exercises", "presentation") and p.name != "cost.py"
+            for i, line in _code_lines(p) if any(s.search(line) for s in SPELLED)]
+    assert not hits, hits
+    for written in ("predicted = e_n / (k * c_d + c_v)", "[e / (d + v) for e in x]", "C = j * c.c_d + c.c_v",
+                    "[e / (k * cd + cv) for e in x]", "med(rd) - (k * cd + cv)"):  # negative controls: each is caught
+        assert any(s.search(written) for s in SPELLED), written
