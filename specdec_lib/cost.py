@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ._checks import check_alpha, check_int, check_numbers, check_real
+from ._checks import check_alpha, check_int, check_numbers, check_real, check_widths
 from .accounting import expected_tokens
 
-__all__ = ["CostV", "c_v_at", "round_cost", "cost_equation", "speedup", "speedup_grid", "BestK", "best_k"]
+__all__ = ["CostV", "c_v_at", "tree_nodes", "round_cost", "cost_equation", "speedup", "speedup_grid", "BestK", "best_k"]
 
 CostV = float | Callable[[int], float]  # c_v: a number, or a function of the draft length k
 
@@ -28,6 +28,16 @@ def c_v_at(c_v: CostV, k: int) -> float:
         raise ValueError(f"{name} must be > 0 and finite, got {value:g}" if callable(c_v)
                          else f"c_v must be > 0 and finite, got {value:g}")
     return value
+
+
+def tree_nodes(widths) -> int:
+    """|T|: the draft nodes of a static tree, w_1 + w_1 w_2 + ... (every node at depth j has w_{j+1} children), the
+    positions a tree's verification pass scores beside the root: c_v(|T|)."""
+    total, level = 0, 1
+    for w in check_widths(widths):
+        level *= w
+        total += level
+    return total
 
 
 def round_cost(*, draft_steps: int, c_d, c_v, overhead=0.0):

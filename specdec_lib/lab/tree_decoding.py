@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_choice, check_int, check_widths
+from ..cost import tree_nodes
 from ..multidraft import RULES
 from ..multidraft_rules import step_verify
 from ..sampling import sample_rows
@@ -28,7 +29,7 @@ from .steps import GREEDY, Decoding, policy_probs, prefill, sync
 from .transformer import CachedLM
 from .tree_attention import FlatTree, check_flat_tree, tree_layout
 
-__all__ = ["DraftTree", "TREE_RULES", "tree_rule", "tree_size", "children", "walk_tree", "tree_round", "generate_tree"]
+__all__ = ["DraftTree", "TREE_RULES", "tree_rule", "children", "walk_tree", "tree_round", "generate_tree"]
 
 TREE_RULES = tuple(name for name, r in RULES.items() if r.nested)  # a node may have any number of children
 
@@ -58,15 +59,6 @@ class DraftTree:
 def tree_rule(rule: str):
     """The registered multi-draft rule called rule, if a tree node can use it (TREE_RULES)."""
     return RULES[check_choice("rule", rule, TREE_RULES)]
-
-
-def tree_size(widths: tuple[int, ...]) -> int:
-    """Nodes of the static tree with widths[d] children per node at depth d: w_1 + w_1 w_2 + ..."""
-    nodes, level = 0, 1
-    for w in widths:
-        level *= w
-        nodes += level
-    return nodes
 
 
 def children(tree: FlatTree) -> list[list[int]]:
@@ -144,7 +136,7 @@ def generate_tree(target, drafter, prompt: torch.Tensor, n_new: int, widths=None
         nodes, depth = drafter.tree_bounds()
     else:
         widths = tuple(check_widths(widths))
-        nodes, depth = tree_size(widths), len(widths)
+        nodes, depth = tree_nodes(widths), len(widths)
     verifier = tree_rule(rule).verifier
     decoding = check_decoding(decoding)
     if decoding.verifier != "token":

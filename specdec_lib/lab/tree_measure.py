@@ -16,12 +16,12 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_widths
-from ..cost import cost_equation
+from ..cost import cost_equation, tree_nodes
 from ..telemetry import SpecDecodeLog
 from .generation import GREEDY, Decoding, check_decoding, decode_step, generate_plain
 from .measure import MeasurePlan, median_times
 from .steps import check_policy, prefill
-from .tree_decoding import generate_tree, tree_round, tree_rule, tree_size
+from .tree_decoding import generate_tree, tree_round, tree_rule
 
 __all__ = ["WARM_ROUNDS", "TreeTable", "time_tree_terms", "measure_trees"]
 
@@ -150,7 +150,7 @@ def measure_trees(target, drafter, prompts, trees, *, rule: str = "onehot_sequen
     cd, cv = [statistics.median(x) for x in c_d], [statistics.median(x) for x in c_v]
     measured = [statistics.median(speed[r * len(trees) + j][0] / speed[r * len(trees) + j][1]
                                   for r in range(plan.repeats)) for j in range(len(trees))]
-    nodes = [drafter.tree_bounds()[0] if w is None else tree_size(w) for w in trees]
+    nodes = [drafter.tree_bounds()[0] if w is None else tree_nodes(w) for w in trees]
     return TreeTable(trees=trees, nodes=nodes, T_1=statistics.median(T_1s), c_d=cd, c_v=cv,
                      e_n=e_n, predicted=[cost_equation(e, draft_steps=1, c_d=d, c_v=v) for e, d, v in zip(e_n, cd, cv)],
                      measured=measured,

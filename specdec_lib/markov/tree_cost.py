@@ -11,20 +11,11 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_int, check_real, check_widths
-from ..cost import CostV, c_v_at, cost_equation
+from ..cost import CostV, c_v_at, cost_equation, tree_nodes
 from .tree import tree_expected_tokens
 
 __all__ = ["tree_nodes", "tree_speedup", "TreeSearch", "DEFAULT_SEARCH", "check_search", "BestTree", "all_trees",
            "best_tree"]
-
-
-def tree_nodes(widths) -> int:
-    """|T|: the draft nodes of a static tree, w_1 + w_1 w_2 + ... (every node at depth j has w_{j+1} children)."""
-    total, level = 0, 1
-    for w in check_widths(widths):
-        level *= w
-        total += level
-    return total
 
 
 def tree_speedup(P: torch.Tensor, Q: torch.Tensor, *, start: int, widths, rule: str, c_d: float, c_v: CostV,

@@ -7,13 +7,14 @@ import torch
 from lab_law import assert_measured_like_any_draft, empirical
 
 import specdec_lib as sd
+from specdec_lib.cost import tree_nodes
 from specdec_lib.lab.features import FeatureCache, FeatureTarget
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain, generate_speculative
 from specdec_lib.lab.medusa import MedusaHeads, medusa
 from specdec_lib.lab.steps import GREEDY, prefill
 from specdec_lib.lab.transformer import KVCache, TinyCausalLM
 from specdec_lib.lab.tree_attention import tree_from_widths
-from specdec_lib.lab.tree_decoding import DraftTree, generate_tree, tree_round, tree_size
+from specdec_lib.lab.tree_decoding import DraftTree, generate_tree, tree_round
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -216,4 +217,4 @@ def test_bad_arguments_are_named():
         generate_tree(target, sd.lab.PromptLookupDraft(8), prompt, 4, (2,))
     with pytest.raises(ValueError, match="num_heads must be >= 1"):
         MedusaHeads(model, 0)
-    assert tree_size((3, 2, 1)) == 3 + 6 + 6
+    assert tree_nodes((3, 2, 1)) == 3 + 6 + 6
