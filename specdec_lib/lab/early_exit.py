@@ -51,8 +51,9 @@ class SharedCache:
         self.kv.crop(n)
         self.low = min(self.low, n)
 
-    def keep(self, start: int, idx: torch.Tensor, h: torch.Tensor) -> None:
-        """Record that slots start .. start+T-1 ran tokens idx (T,) to layer-L inputs h (T, C); nothing kept after."""
+    def record(self, start: int, idx: torch.Tensor, h: torch.Tensor) -> None:
+        """Record that slots start .. start+T-1 ran tokens idx (T,) to layer-L inputs h (T, C); nothing kept after.
+        (Not `keep`: in the cache protocol, transformer.RollbackCache, keep moves a tree's accepted path.)"""
         end = start + idx.numel()
         if end > self.hidden.shape[0]:
             size = min(self.max_len, max(end, 2 * self.hidden.shape[0]))
@@ -121,7 +122,7 @@ def layers_of(model):
 def _lower(layers, cache: SharedCache, idx: torch.Tensor, start: int) -> torch.Tensor:
     """Layers < exit_layer on idx (1, T) at slots start..: keeps each slot's token and layer-L input; (1, T, C)."""
     h = layers.run(layers.embed(idx, start), cache.kv, start, range(cache.exit_layer))  # (1, T, C)
-    cache.keep(start, idx[0], h[0])
+    cache.record(start, idx[0], h[0])
     return h
 
 

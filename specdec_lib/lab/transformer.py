@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn as nn
@@ -18,8 +19,8 @@ import torch.nn.functional as F
 from .._checks import check_int, check_token_ids
 
 __all__ = [
-    "LMConfig", "TARGET_CONFIG", "DRAFT_CONFIG", "KVCache", "CachedAttention", "CachedBlock", "CachedLM",
-    "check_positions_and_mask", "check_kept_slots", "n_params", "TinyCausalLM"
+    "LMConfig", "TARGET_CONFIG", "DRAFT_CONFIG", "RollbackCache", "KVCache", "CachedAttention", "CachedBlock",
+    "CachedLM", "check_positions_and_mask", "check_kept_slots", "n_params", "TinyCausalLM"
 ]
 
 
@@ -44,6 +45,20 @@ class LMConfig:
 # The trained pair (`make models`): the target has 4 layers of width 128, the draft 1 layer of width 32.
 TARGET_CONFIG = LMConfig(vocab=256, d_model=128, n_head=4, n_layer=4, max_len=192)
 DRAFT_CONFIG = LMConfig(vocab=256, d_model=32, n_head=1, n_layer=1, max_len=192)
+
+
+@runtime_checkable
+class RollbackCache(Protocol):
+    """What every lab cache does, one meaning per name: `length` positions are valid; crop(n) forgets every
+    position from n on (a rejected draft's); keep(start, slots) keeps, after the first start positions, only the
+    ascending slots, moved down (a tree pass's accepted path). KVCache, FeatureCache and hf_causal_lm's HFCache
+    follow it; early_exit.SharedCache crops but cannot compact a path, and records its kept states with `record`."""
+
+    length: int
+
+    def crop(self, n: int) -> None: ...
+
+    def keep(self, start: int, slots: torch.Tensor) -> None: ...
 
 
 class KVCache:

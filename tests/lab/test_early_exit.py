@@ -217,8 +217,29 @@ def test_the_kept_states_grow_past_their_first_buffer_and_keep_what_was_written(
     kv = TinyCausalLM(vocab=8, n_layer=2, seed=0, max_len=1024).new_cache()
     cache = SharedCache(kv, 1, 4, max_len=1024)
     first = cache.hidden.shape[0]
-    cache.keep(3, torch.tensor([5]), torch.ones(1, 4))
-    cache.keep(first + 10, torch.tensor([1, 2]), torch.full((2, 4), 2.0))  # past the first buffer
+    cache.record(3, torch.tensor([5]), torch.ones(1, 4))
+    cache.record(first + 10, torch.tensor([1, 2]), torch.full((2, 4), 2.0))  # past the first buffer
     assert cache.hidden.shape[0] > first + 11 and cache.low == first + 12
     assert cache.tokens[3] == 5 and torch.equal(cache.hidden[3], torch.ones(4))
     assert cache.tokens[first + 10:first + 12].tolist() == [1, 2] and cache.hidden[first + 11].eq(2).all()
+
+
+def test_every_cache_follows_the_rollback_protocol_with_one_meaning_per_name():
+    """keep(start, slots) moves a tree's accepted path in every cache that has it; SharedCache records its kept
+    states under another name, so keep never means two things."""
+    from specdec_lib.lab.features import FeatureCache
+    from specdec_lib.lab.hf_causal_lm import HFCache
+    from specdec_lib.lab.transformer import RollbackCache
+    model = TinyCausalLM(vocab=8, n_layer=2, seed=0, max_len=32)
+    kv = model.new_cache()
+    hf = sd.lab.tiny_hf_model("qwen2", seed=0).new_cache()
+    assert isinstance(hf, HFCache)
+    for cache in (kv, FeatureCache(model), hf):
+        assert isinstance(cache, RollbackCache)
+    shared = SharedCache(kv, 1, 4, max_len=32)
+    assert not hasattr(shared, "keep") and not isinstance(shared, RollbackCache) and callable(shared.record)
+    # keep's one meaning, on the lab's cache: slots 5 and 7 after the first 4 positions move down to 4 and 5
+    model(torch.arange(8)[None], kv)  # 8 positions cached
+    before = kv.k[:, :, :, [5, 7]].clone()
+    kv.keep(4, torch.tensor([5, 7]))
+    assert kv.length == 6 and torch.equal(kv.k[:, :, :, 4:6], before)
