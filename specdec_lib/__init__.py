@@ -4,7 +4,8 @@
 is reached through its layer: sd.markov.<name>, sd.lab.<name>, sd.conformance.<name>, sd.presentation.<name>
 (the last two, and `sd.exercises`, are imported on first use, so this facade never imports a layer above it).
 
-core (this folder, torch only)   _checks, sampling, policy, noise, verification, accounting, cost, telemetry
+core (this folder, torch only)   _checks, sampling, policy, noise, verification, accounting, cost, telemetry,
+                                  variant (the entry type every registry of named variants shares)
   Act I    sampling, policy       one speculative step; temperature, min-p, top-k, top-p
   Act II   verification, noise    a block of k proposals verified; how far exact samples land by chance
   Act III  accounting             tokens retired per block; survivor statistics; the Bayes curve

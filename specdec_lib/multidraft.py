@@ -8,13 +8,15 @@ a public code's departure from its own rule, each with its story.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
+from typing import ClassVar
 
 import torch
 
 from ._checks import check_choice, check_generator, check_int, check_pair
 from .multidraft_draws import MAX_DRAFTS
 from .multidraft_rules import Hub, KSeq, Stages, StepLaw, Verifier, Walk, count_outcomes, step_law, step_sample
+from .variant import Variant
 
 __all__ = ["MAX_TABLE", "CHUNK", "CHAPTERS", "MultiDraftRule", "RULES", "multidraft_rules", "multidraft_law",
            "multidraft_accept_probability", "acceptance_table", "sample_multidraft"]
@@ -28,19 +30,14 @@ ACT6 = CHAPTERS[1]
 
 
 @dataclass(frozen=True)
-class MultiDraftRule:
-    """A registered rule: name, one-line description, where it comes from, exact or not, how it drafts and tests, and
-    the chapter that tells it."""
+class MultiDraftRule(Variant):
+    """A registered rule (a `Variant`): how it drafts and tests; `exact`: it emits exactly p."""
 
-    name: str
-    description: str
-    reference: str
-    exact: bool
+    chapters: ClassVar[tuple[str, ...]] = CHAPTERS
+
     verifier: Verifier
+    _: KW_ONLY
     chapter: str = "many drafts"
-
-    def __post_init__(self) -> None:
-        check_choice("chapter", self.chapter, CHAPTERS)
 
     @property
     def max_drafts(self) -> int | None:
@@ -68,43 +65,45 @@ _SGLANG = ("sgl-project/sglang sgl-kernel/csrc/speculative/speculative_sampling.
 
 _RULES = [
     MultiDraftRule("mss", "n i.i.d. drafts from q; keep x_i with min(1, p_i/q), else p_{i+1} = norm([p_i - q]_+)",
-                   "SpecInfer multi-step speculative sampling (Miao et al. 2023, arXiv 2305.09781)", True,
-                   Stages("iid", ratio="q", residual="q")),
+                   "SpecInfer multi-step speculative sampling (Miao et al. 2023, arXiv 2305.09781)",
+                   Stages("iid", ratio="q", residual="q"), exact=True),
     MultiDraftRule("rrs", "drafts without replacement; stage i divides by and subtracts q_i (q without earlier drafts)",
                    "Jeon et al. 2024 (arXiv 2402.14160); Sequoia (arXiv 2402.12374); EAGLE-1: " + _EAGLE1
                    + " (the node rule: the residual subtracts q with the earlier siblings, b_indices, masked and "
                    "renormalised; the tree walk around it is modelled at three commits of main in markov/tree_bugs); "
-                   "SafeAILab/EAGLE #74 (the drafts' q is renormalised: they are drawn without replacement)", True,
-                   Stages("without_replacement", ratio="q_i", residual="q_i")),
+                   "SafeAILab/EAGLE #74 (the drafts' q is renormalised: they are drawn without replacement)",
+                   Stages("without_replacement", ratio="q_i", residual="q_i"), exact=True),
     MultiDraftRule("onehot_sequential", "q's top-n tokens as point masses; keep x_i with p_i(x_i), else drop it from p",
                    "EAGLE-2 (arXiv 2406.16858): " + _EAGLE2 + " (qx = 1.0; gtp[xi] = 0 and renormalise after a "
-                   "rejection); SafeAILab/EAGLE #93, #183", True, Stages("top", ratio="onehot", residual="onehot")),
+                   "rejection); SafeAILab/EAGLE #93, #183", Stages("top", ratio="onehot", residual="onehot"),
+                   exact=True),
     MultiDraftRule("onehot_walk", "q's top-n tokens; one uniform walked along their cumulative target mass, "
                    "beyond it p without them", _SGLANG + " (one coin per depth against the running sum of the "
                    "children's target probabilities, at its default thresholds of 1; at the end relu(target - draft) "
-                   "with the tried children's draft entries set to their target probabilities)", True, Walk("top")),
+                   "with the tried children's draft entries set to their target probabilities)", Walk("top"),
+                   exact=True),
     MultiDraftRule("walk_duplicate_siblings", "SGLang's walk fed n i.i.d. drafts: a repeated token owns two slices",
                    "constructed: " + _SGLANG + " adds each sibling's target probability with no duplicate check, "
                    "which is safe for its distinct top-k siblings; " + _EAGLE2 + " skips repeats "
-                   "(`if xi in candidates_set`)", False, Walk("iid")),
+                   "(`if xi in candidates_set`)", Walk("iid")),
     MultiDraftRule("rrs_residual_next_q", "rrs, but the rejected draft is removed from q before the residual is taken",
                    "constructed (an ordering mistake a careful reader could make); " + _EAGLE1 + " masks only the "
-                   "earlier siblings (b_indices[j][i]) before `gtp = gtp - q`", False,
+                   "earlier siblings (b_indices[j][i]) before `gtp = gtp - q`",
                    Stages("without_replacement", ratio="q_i", residual="q_next")),
     MultiDraftRule("rrs_original_q", "drafts without replacement, but divided by and subtracted as the original q",
                    "constructed: the question of SafeAILab/EAGLE #74 (top-k drafts with the unadjusted softmax q); "
-                   "the maintainer's answer: the actual distribution each draft is drawn from is needed", False,
+                   "the maintainer's answer: the actual distribution each draft is drawn from is needed",
                    Stages("without_replacement", ratio="q", residual="q")),
     MultiDraftRule("accept_first_pass", "n i.i.d. drafts each judged against the original p; first pass kept, "
-                   "else one residual norm([p - q]_+)", "constructed (a mistake a careful reader could make)", False,
+                   "else one residual norm([p - q]_+)", "constructed (a mistake a careful reader could make)",
                    Stages("iid", ratio="q", residual="none", final="first_residual")),
     MultiDraftRule("kseq", "n i.i.d. drafts; keep x_i with min(1, p/(rho q)), the same p at every test; all rejected: "
-                   "norm(p - c min(q, p/rho))", _SPECTR, True, KSeq(), ACT6),
+                   "norm(p - c min(q, p/rho))", _SPECTR, KSeq(), exact=True, chapter=ACT6),
     MultiDraftRule("spechub", "two drafts, the hub pair (x, a) or (a, x) around a = argmax q; the docstring's coupling "
-                   "of pairs to tokens", _SPECHUB + " (the docstring's rule)", True, Hub(), ACT6),
+                   "of pairs to tokens", _SPECHUB + " (the docstring's rule)", Hub(), exact=True, chapter=ACT6),
     MultiDraftRule("spechub_code", "spechub as its code runs: the hub is kept outright when p(a) > 1 - 1e-3",
                    _SPECHUB + " (`if gtp[a] > 1- 1e-3`: 'directly accept a', a line its docstring does not have)",
-                   False, Hub(shortcut=1e-3), ACT6),
+                   Hub(shortcut=1e-3), chapter=ACT6),
 ]
 RULES: dict[str, MultiDraftRule] = {r.name: r for r in _RULES}
 

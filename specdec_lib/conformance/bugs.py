@@ -19,6 +19,7 @@ from ..markov.registry import MODES
 from ..markov.semantics import acceptance, block_round, fix_uniform, match_law, residual_weights
 from ..markov.spec import DecoderSpec
 from ..sampling import sample_rows
+from ..variant import Variant
 from ..verification import accepted_prefix, commit_tokens
 from .laws import block_rule, bonus_rows, judge_rows, ratio_rows
 
@@ -83,48 +84,47 @@ def rule_verifier(spec: DecoderSpec) -> Callable:
 
 
 @dataclass(frozen=True)
-class KnownVerifier:
-    """A verifier the kit knows: its name, spec, one-line story and reference; `verify` samples it (batched)."""
+class KnownVerifier(Variant):
+    """A verifier the kit knows (a `Variant`): its spec; `verify` samples it (batched); `exact`: its name is in
+    EXACT."""
 
-    name: str
     spec: DecoderSpec
-    description: str
-    reference: str
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         block_rule(self.spec)
 
     @property
     def verify(self) -> Callable:
         return rule_verifier(self.spec)
 
-    @property
-    def exact(self) -> bool:
-        return self.name in EXACT
-
 
 # the field guide's verification bugs, read from the registry by name (new registry entries do not appear here)
 FIELD_GUIDE = ("softmax_residual", "target_on_reject", "reused_uniform", "single_token_residual", "off_by_one",
                "bonus_from_draft", "mismatched_q", "rejected_kept", "first_unverified")
 _OWN = [
-    ("tempting", DecoderSpec(acceptance="target_prob", residual="target"),
-     "the tempting rule: keep a proposal as often as the target would pick it (p(y)), else draw from p",
-     "the post, Act I (as the course reads it)"),
-    ("match_acceptance", MODES["match_acceptance"].spec,
+    ("tempting", "the tempting rule: keep a proposal as often as the target would pick it (p(y)), else draw from p",
+     "the post, Act I (as the course reads it)", DecoderSpec(acceptance="target_prob", residual="target")),
+    ("match_acceptance",
      "keep y with probability p(y), else draw from p without y: the one-hot path; exact, and it accepts less",
-     "vLLM #40149 (q passed as None); course notes: match-based acceptance"),
+     "vLLM #40149 (q passed as None); course notes: match-based acceptance", MODES["match_acceptance"].spec),
 ]
 # optimal verification (Sun et al. 2025): block verification and the port that shipped it wrong, from the registry
 BLOCK_VERIFIERS = ("block_verification", "block_verification_naive")
 EXACT = ("correct", "match_acceptance", "block_verification")
 
 
+def _known(name: str, description: str, reference: str, spec: DecoderSpec, chapter: str | None = None) -> KnownVerifier:
+    return KnownVerifier(name, description, reference, spec, exact=name in EXACT, chapter=chapter)
+
+
 def _registered(name: str) -> KnownVerifier:
-    return KnownVerifier(name, MODES[name].spec, MODES[name].description, MODES[name].reference)
+    m = MODES[name]
+    return _known(name, m.description, m.reference, m.spec, m.chapter)
 
 
 def known_verifiers() -> list[KnownVerifier]:
     """The correct rule first, then every verification bug (field guide, then the post's), then match acceptance,
     then block verification and its naive port."""
-    return ([_registered(name) for name in ("correct", *FIELD_GUIDE)] + [KnownVerifier(*row) for row in _OWN]
+    return ([_registered(name) for name in ("correct", *FIELD_GUIDE)] + [_known(*row) for row in _OWN]
             + [_registered(name) for name in BLOCK_VERIFIERS])

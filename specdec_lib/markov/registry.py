@@ -6,13 +6,14 @@ tables into the validated `Decoder` that every Markov engine (reference, batched
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import KW_ONLY, dataclass, field, replace
+from typing import ClassVar, Literal
 
 import torch
 
 from .._checks import check_choice, check_int
 from ..policy import policy_table
+from ..variant import Variant
 from .chain import check_start, check_table
 from .spec import Decoder, DecoderSpec, spec_tables
 
@@ -27,21 +28,21 @@ RESAMPLE = ("argmax", "typical")  # typical acceptance's token after the prefix:
 
 
 @dataclass(frozen=True)
-class FailureMode:
-    """A registered decoder: its spec, a one-line description, its reference, where it comes from, what it costs."""
+class FailureMode(Variant):
+    """A registered decoder (a `Variant`): its spec, where it comes from, what a caller may set; `exact`: only speed
+    is lost."""
 
-    name: str
-    description: str
-    reference: str
+    chapters: ClassVar[tuple[str, ...]] = CHAPTERS
+
     spec: DecoderSpec = field(default_factory=DecoderSpec)
-    exact: bool = False  # True: only speed is lost (the output distribution stays the target's)
+    _: KW_ONLY
     origin: Origin = "public code"  # paper (the correct decoder) | public code | the post | the course
     chapter: Chapter = "field guide"  # field guide (02b) | bending the rules (07) | sampling surface | optimal ... (08)
     options: tuple[str, ...] = ()  # what a caller may set by name (make_decoder's options=)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_choice("origin", self.origin, ORIGINS)
-        check_choice("chapter", self.chapter, CHAPTERS)
 
     def target(self, P: torch.Tensor) -> torch.Tensor:
         """The chain the user asked for: P under the request's policy (what an exact decoder samples)."""

@@ -13,6 +13,7 @@ from ..markov import chain as chain_mod
 from ..markov import exact
 from ..markov.registry import MODES, failure_modes
 from ..sampling import total_variation
+from ..variant import Variant
 from .block_decoder import plot_sequence_distributions
 from .style import COLORS, new_figure
 from .widgets import explorer
@@ -26,14 +27,11 @@ K, HORIZON = 2, 3
 
 
 @dataclass(frozen=True)
-class GuideRow:
-    """One registered decoder: its exact TV from the target it should sample, and whether it is meant to be exact."""
+class GuideRow(Variant):
+    """One registered decoder (a `Variant`): its exact TV from the target it should sample; `exact`: it is meant to
+    be exact."""
 
-    name: str
     exact_tv: float
-    exact: bool
-    reference: str
-    description: str
 
 
 def decoder_law(mode: str, *, k: int = K, horizon: int = HORIZON) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,7 +46,8 @@ def guide_rows(*, k: int = K, horizon: int = HORIZON) -> list[GuideRow]:
     rows = []
     for m in failure_modes(chapter="field guide"):
         law, want = decoder_law(m.name, k=k, horizon=horizon)
-        rows.append(GuideRow(m.name, total_variation(law, want), m.exact, m.reference, m.description))
+        rows.append(GuideRow(m.name, m.description, m.reference, total_variation(law, want), exact=m.exact,
+                             chapter=m.chapter))
     return rows
 
 

@@ -12,12 +12,12 @@ module never imports the kit.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import KW_ONLY, dataclass, field
+from typing import ClassVar, Literal
 
 from .._checks import check_choice, check_int
+from ..variant import Variant
 from .exact import law_tv, logprob_error, plain_law, speculative_law
 from .loop import LoopSpec
 from .settings import FEATURES
@@ -27,32 +27,30 @@ __all__ = ["LoopVariant", "VariantScore", "VARIANTS", "loop_variants", "variant"
 What = Literal["law", "logprobs"]
 WHATS: tuple[str, ...] = What.__args__
 CHAPTER = "sampling surface"  # markov.registry.CHAPTERS' name for this chapter
-_CITED = re.compile(r"^[\w.-]+/[\w.-]+ \S+.*? @ ([0-9a-f]{7,40}|v\d+(\.\d+)+)\b")  # owner/repo path ... @ sha | vX.Y.Z
 
 
 @dataclass(frozen=True)
-class LoopVariant:
-    """A registered variant of the reference loop: its spec, a one-line description, its source at a commit."""
+class LoopVariant(Variant):
+    """A registered variant of the reference loop (a `Variant` whose reference, unless exact, cites "owner/repo path
+    @ sha (PR #N)": the code read, at the commit or release tag read): its spec, what it corrupts, what it needs;
+    `exact`: the output law and the reported logprobs are plain decoding's."""
 
-    name: str
-    description: str
-    reference: str  # "owner/repo path @ sha (PR #N)": the code read, at the commit (or release tag) read
+    chapters: ClassVar[tuple[str, ...]] = (CHAPTER,)
+    must_cite: ClassVar[bool] = True
+
     spec: LoopSpec = field(default_factory=LoopSpec)
-    exact: bool = False  # True: the output law and the reported logprobs are plain decoding's
+    _: KW_ONLY
     what: What = "law"  # what it corrupts: the output law, or only the reported logprobs
     needs: tuple[str, ...] = ()  # Settings.features names; with none on it is exact ("max_new_tokens": always on)
     chapter: str = CHAPTER
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         check_choice("what", self.what, WHATS)
-        check_choice("chapter", self.chapter, (CHAPTER,))
         for name in self.needs:
             check_choice("needs", name, FEATURES)
         if not isinstance(self.spec, LoopSpec):
             raise TypeError(f"spec must be a LoopSpec, got {type(self.spec).__name__}")
-        if not self.reference or (not _CITED.match(self.reference) and not self.exact):
-            raise ValueError(f"variant {self.name!r}: reference must cite 'owner/repo path @ sha (or release tag)', "
-                             f"got {self.reference!r}")
 
     def matters(self, settings) -> bool:
         """Whether `settings` switch on a feature this variant needs (when not, its law is plain's)."""
