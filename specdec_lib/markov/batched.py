@@ -19,6 +19,7 @@ schedule each row has its own k and the block is sized by the largest (a lone ro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -132,16 +133,22 @@ class Round(NamedTuple):
         flat[base + self.where] = self.token
 
 
-def run_round(spec: DecoderSpec, t: Tables, s, d0, k: int, u, k_row=None, lookup=None) -> Round:
-    """One round for m sequences in committed state s (m,), draft state d0 (m,), uniforms u (2k + 1 [+ 1], m).
+class _Verdicts(NamedTuple):
+    """What a round's slot-by-slot tests (step 2) leave for the target's token, for each of m sequences."""
 
-    The same four steps as reference.decode_one, each over all m sequences, one slot at a time. k_row (m,): each
-    row's own k (at most k) under a schedule; lookup: (proposals (k, m), count (m,)) copied from the text.
-    """
-    V = t.V
-    count = torch.full_like(s, k) if k_row is None else k_row  # (m,) proposals each row drafts
-    # 1. draft: k proposals, each drawn from the draft's state before it (or copied by a lookup)
-    if lookup is not None:
+    alive: torch.Tensor  # (m,) no drafted proposal was rejected
+    accepted: torch.Tensor  # (m,) A
+    last_proposal: torch.Tensor  # (m,) the last proposal the row drafted: the bonus row after a full block
+    rejected_row: torch.Tensor  # (m,) the row of fix a rejection draws from
+    u_fix: torch.Tensor  # (m,) the uniform that draw reads
+    sample: torch.Tensor | None  # (m,) a sampling test's own sample at the first rejection (the token there)
+
+
+def _draft(spec: DecoderSpec, t: Tables, s, d0, k: int, u, count, lookup):
+    """Step 1 for m sequences: (proposals K x (m,), the draft's states before each and after the last, how many
+    proposals each row drafted (m,)). Each is drawn from the draft's state before it, or copied by a lookup;
+    a stop rule cuts a row's count after a proposal it is unsure of (semantics.draft_count)."""
+    if lookup is not None:  # (proposals (k, m), count (m,)) copied from the text: each is the next one's state
         props, count = list(lookup[0]), lookup[1]
         d = [s, *props]
     else:
@@ -149,52 +156,55 @@ def run_round(spec: DecoderSpec, t: Tables, s, d0, k: int, u, k_row=None, lookup
         for j in range(k):
             d.append(draw(t.draft, d[j], u[j]))
         props = d[1:]
-    if spec.stop == "confidence":  # a row stops after its first token with q(y) < confidence, keeping it
-        done = torch.zeros_like(s, dtype=torch.bool)
-        for j, y in enumerate(props):
-            low = (t.q.take(d[j] * V + y) < spec.confidence) & ~done & (j < count)
-            count, done = torch.where(low, j + 1, count), done | low
-    # 2. verify slot by slot; a sequence stays alive until its first rejection
+    q_ys = (t.q.take(d[j] * t.V + y) for j, y in enumerate(props))  # q(y_j) at its state, read only if a stop reads it
+    return props, d, sem.draft_count(spec, count, q_ys)
+
+
+def _verify(spec: DecoderSpec, t: Tables, s, props, d, count, k: int, u) -> _Verdicts:
+    """Step 2 for m sequences: test proposal j with u[k + j], slot by slot; a row stays alive until its first
+    rejection, which fixes the row and the uniform of its token (semantics: keeps, rejection_row, fix_uniforms)."""
+    V = t.V
     alive = torch.ones_like(s, dtype=torch.bool)
-    accepted = torch.zeros_like(s)
-    last_prop = s  # the last proposal a row drafted: the bonus row after a full block
-    rejected_row = torch.zeros_like(s)  # the row of fix a rejection draws from
-    u_fix = u[2 * k]
-    reused = sem.fix_uniform(spec, True, False)  # does the residual draw read the rejected test's uniform?
-    sample_at = torch.zeros_like(s)  # match acceptance: the target's own sample at the first mismatch
+    accepted, rejected_row, last_prop, u_fix, sample_at = torch.zeros_like(s), torch.zeros_like(s), s, u[2 * k], None
     for j, y in enumerate(props):
         active = j < count  # (m,) the row drafted proposal j
         committed = s if j == 0 else props[j - 1]  # the committed state right before y
         judge = sem.judge_row(spec, committed, y)  # the target row that judges y
-        qctx = sem.ratio_state(spec, d[j], committed)  # where the verifier evaluates q
-        index = (judge * V + qctx) * V + y  # into acc, and the residual row of fix
-        if spec.acceptance == "match":
-            sample = draw(t.target, judge, u[k + j])
-            ok = sample == y
-        else:
-            ok = u[k + j] < t.acc.take(index)
-        if j == 0 and not spec.verify_first:
-            ok = torch.ones_like(ok)
+        index = (judge * V + sem.ratio_state(spec, d[j], committed)) * V + y  # into acc, and y's residual row of fix
+        ok, sample = sem.keeps(spec, y, u[k + j], chance=partial(t.acc.take, index),
+                               sample=partial(draw, t.target, judge), first=j == 0)
         rejected = alive & active & ~ok  # rejected here, at the first failure
-        if spec.acceptance == "match":
-            sample_at = torch.where(rejected, sample, sample_at)
-        # the coin peeker stops before y instead: the target's bonus row at the committed state
-        rejected_row = torch.where(rejected, V ** 3 + committed if spec.stop == "coin" else index, rejected_row)
-        # the uniform the residual draw reads (reused: the rejected slot's acceptance uniform, U(a, 1): wrong);
-        # a fresh one is u[2k] whatever slot rejects, so only a reused one needs a gather per slot
-        if reused:
-            u_fix = torch.where(rejected, sem.fix_uniform(spec, u[k + j], u[2 * k]), u_fix)
+        rejected_row = torch.where(rejected, sem.rejection_row(spec, index, committed, bonus_base=V ** 3), rejected_row)
+        u_fix = sem.fix_uniforms(spec, rejected, u[k + j], u_fix)  # a fresh u[2k] needs no gather per slot
+        if sample is not None:  # the test drew the target's own sample: the token where it rejects
+            sample_at = torch.where(rejected, sample, torch.zeros_like(s) if sample_at is None else sample_at)
         alive &= ok | ~active
         accepted += alive & active
         last_prop = torch.where(active, y, last_prop)
+    return _Verdicts(alive, accepted, last_prop, rejected_row, u_fix, sample_at)
+
+
+def run_round(spec: DecoderSpec, t: Tables, s, d0, k: int, u, k_row=None, lookup=None) -> Round:
+    """One round for m sequences in committed state s (m,), draft state d0 (m,), uniforms u (2k + 1 [+ 1], m).
+
+    The same four steps as reference.decode_one, each over all m sequences, one slot at a time; what each of the
+    spec's values means comes from semantics.py. k_row (m,): each row's own k (at most k) under a schedule;
+    lookup: (proposals (k, m), count (m,)) copied from the text.
+    """
+    count = torch.full_like(s, k) if k_row is None else k_row  # (m,) proposals each row may draft
+    # 1. draft: up to k proposals, each drawn from the draft's state before it (or copied by a lookup)
+    props, d, count = _draft(spec, t, s, d0, k, u, count, lookup)
+    # 2. verify slot by slot; a sequence stays alive until its first rejection
+    v = _verify(spec, t, s, props, d, count, k, u)
     # 3. the target's token: the residual draw at the first rejection, or the bonus after a full block
-    nxt = draw(t.fix, torch.where(alive, V ** 3 + last_prop, rejected_row), u_fix)
-    if spec.acceptance == "match":  # at a mismatch the target's own sample is the token
-        nxt = torch.where(alive, nxt, sample_at)
+    nxt = draw(t.fix, torch.where(v.alive, t.V ** 3 + v.last_proposal, v.rejected_row), v.u_fix)
+    if v.sample is not None:  # a sampling test's own sample is the token where it rejected
+        nxt = torch.where(v.alive, nxt, v.sample)
     # 4. what to commit: the accepted proposals, then the target's token in column `where` (a kept rejected
     # proposal sits before it, in column A)
-    where = accepted + (spec.keep_rejected & ~alive).long()
-    return Round(proposals=props, token=nxt, where=where, accepted=accepted, last_proposal=last_prop, drafted=count)
+    where = v.accepted + sem.kept_rejected(spec, ~v.alive).long()
+    return Round(proposals=props, token=nxt, where=where, accepted=v.accepted, last_proposal=v.last_proposal,
+                 drafted=count)
 
 
 def run_block_round(dec: Decoder, t: Tables, s, k: int, u) -> Round:

@@ -10,6 +10,7 @@ the residual or bonus token. Every draw is an inverse-CDF lookup.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -102,17 +103,14 @@ class Hooks:
         for j in range(k):
             props.append(inverse_cdf(self.propose[states[-1]], u[j]))
             states.append(props[-1])
-            if spec.stop == "confidence" and self.propose[states[-2]][props[-1]] < spec.confidence:
+            if sem.stops_after(spec, self.propose[states[-2]][props[-1]]):
                 break  # the draft is unsure of the token it just drafted: it stops, keeping that token
         return props, states
 
     def test(self, row: int, qctx: int, y: int, u: float, *, first: bool) -> tuple[bool, int | None]:
         """Does the verifier keep y? And, for match acceptance, the target's own sample (the token on a mismatch)."""
-        spec = self.dec.spec
-        if spec.acceptance == "match":  # a target sample that must equal y
-            sample = inverse_cdf(self.P[row], u)
-            return sample == y or (first and not spec.verify_first), sample
-        return u < self.acc[row][qctx][y] or (first and not spec.verify_first), None
+        return sem.keeps(self.dec.spec, y, u, chance=lambda: self.acc[row][qctx][y],
+                         sample=partial(inverse_cdf, self.P[row]), first=first)
 
     def rejection(self, row: int, qctx: int, y: int, u_test: float, u_fix: float) -> int:
         """The token a rejection of y emits: the residual draw (reading the uniform semantics says)."""
@@ -153,7 +151,7 @@ def decode_one(dec: Decoder, uniforms, hooks: Hooks | None = None) -> list[int]:
                 continue
             # 3a. a rejection: the target's token (a coin peeker never proposes y: its bonus one proposal early)
             accepted = j
-            if spec.stop == "coin":
+            if sem.peeks(spec):
                 nxt = inverse_cdf(hooks.P[committed], u[2 * k])
             else:
                 nxt = sample if sample is not None else hooks.rejection(row, qctx, y, u[k + j], u[2 * k])
@@ -162,7 +160,7 @@ def decode_one(dec: Decoder, uniforms, hooks: Hooks | None = None) -> list[int]:
         if nxt is None:
             nxt = inverse_cdf(hooks.bonus[props[-1] if props else last], u[2 * k])
         # 4. commit the accepted prefix and the target's token (a kept rejected proposal sits between: wrong)
-        kept = [props[accepted]] if spec.keep_rejected and accepted < len(props) else []
+        kept = [props[accepted]] if sem.kept_rejected(spec, accepted < len(props)) else []
         seq += props[:accepted] + kept + [nxt]
         if spec.phantom and len(seq) < dec.horizon:  # an unverified draft token enters the history: wrong
             seq.append(inverse_cdf(hooks.draft[seq[-1]], u[2 * k + 1]))

@@ -21,6 +21,10 @@ acceptance         ratio              keep y with probability min(1, p(y) / q(y)
                    typical            keep y iff p(y) > min(epsilon, delta exp(-H(p))) (Medusa)
                    threshold          1 if p(y) >= threshold_single else min(1, p(y) / threshold_acc) (SGLang)
 verify_first       True / False       False: proposal 1 is kept without a test (probability 1)
+stop               never              the draft drafts its k proposals
+                   confidence         ... and stops after a proposal y with q(y) < confidence, keeping it
+                   coin               ... and stops just before one that would be rejected (its token: the bonus row)
+keep_rejected      True / False       True: a rejected proposal is committed before the target's token
 residual           normalised         a rejection samples [p - q]_+ normalised (p where it is empty)
                    softmax            softmax of [p - q]_+
                    target             p
@@ -45,11 +49,12 @@ from ..block_verification import BlockWeights, block_residual, block_tau, block_
 from ..policy import policy_table
 from .draft_rules import typical_threshold
 
-__all__ = ["DRAFT_CONTEXTS", "JUDGES", "RATIO_CONTEXTS", "ACCEPTANCES", "TARGET_ONLY", "RESIDUALS",
-           "RESIDUAL_UNIFORMS", "BONUSES", "SCHEDULES", "VERIFIERS", "SGLANG_ACC_FLOOR", "draft_state", "judge_row",
-           "ratio_state", "acceptance", "threshold_accept", "typical_keep", "residual_weights", "match_law",
-           "reused_law", "rejection_law", "bonus_row", "fix_uniform", "next_k", "argmax_rows", "typical_rows",
-           "block_pass", "block_tokens", "block_round", "block_law"]
+__all__ = ["DRAFT_CONTEXTS", "JUDGES", "RATIO_CONTEXTS", "ACCEPTANCES", "TARGET_ONLY", "SAMPLED_TESTS", "RESIDUALS",
+           "RESIDUAL_UNIFORMS", "BONUSES", "SCHEDULES", "VERIFIERS", "STOPS", "PEEKING_STOPS", "SGLANG_ACC_FLOOR",
+           "draft_state", "judge_row", "ratio_state", "acceptance", "threshold_accept", "typical_keep", "keeps",
+           "stops_after", "draft_count", "peeks", "rejection_row", "residual_weights", "match_law", "reused_law",
+           "rejection_law", "bonus_row", "fix_uniform", "fix_uniforms", "kept_rejected", "next_k", "argmax_rows",
+           "typical_rows", "block_pass", "block_tokens", "block_round", "block_law"]
 
 SGLANG_ACC_FLOOR = 1e-9  # SGLang's launcher divides by max(threshold_acc, 1e-9)
 
@@ -137,6 +142,60 @@ def acceptance(spec, p: torch.Tensor, q: torch.Tensor, *, first: bool = False) -
     return ACCEPTANCES[spec.acceptance](p, q, spec).expand(torch.broadcast_shapes(p.shape, q.shape))
 
 
+SAMPLED_TESTS = ("match",)  # tests that draw the target's own sample with the test's uniform and keep y iff it is y
+
+
+def keeps(spec, y, u, *, chance, sample, first: bool = False):
+    """The verifier's test of proposal y with uniform u: (kept, a bool or (m,) bools; the target's sample or None).
+
+    chance() is the chance of keeping y (a coin keeps it iff u < chance()); sample(u) is the target's inverse-CDF
+    draw at the judging row, which a match test compares with y and which is then the token a mismatch emits. A first
+    slot under verify_first=False keeps y untested (its uniform is read all the same)."""
+    drawn = sample(u) if spec.acceptance in SAMPLED_TESTS else None
+    ok = u < chance() if drawn is None else drawn == y
+    if first and not spec.verify_first:
+        ok = ok | True
+    return ok, drawn
+
+
+# --- when the draft stops before k proposals: spec.stop ---------------------------------------------------------
+STOPS = {  # (spec, q(y) of the proposal just drafted) -> does the draft stop after it, keeping it? None: never
+    "never": None,
+    "confidence": lambda spec, q_y: q_y < spec.confidence,  # transformers' assistant_confidence_threshold
+    "coin": None,  # it stops before a proposal instead, the one that would be rejected: see rejection_row
+}
+PEEKING_STOPS = ("coin",)  # stops that read the verifier's coin: a "rejection" is the draft stopping before y
+
+
+def stops_after(spec, q_y):
+    """Does the draft stop after a proposal it drew with probability q_y (a float or (m,))? Keeping that proposal."""
+    rule = STOPS[spec.stop]
+    return False if rule is None else rule(spec, q_y)
+
+
+def draft_count(spec, count, q_ys):
+    """(m,) how many proposals each row drafts: count, cut after the first proposal j < count with stops_after.
+    q_ys: an iterable of (m,) q(y_j) at the state y_j was drawn from, read only under a stop that reads it."""
+    if STOPS[spec.stop] is None:
+        return count
+    done = torch.zeros_like(count, dtype=torch.bool)
+    for j, q_y in enumerate(q_ys):
+        low = stops_after(spec, q_y) & ~done & (j < count)
+        count, done = torch.where(low, j + 1, count), done | low
+    return count
+
+
+def peeks(spec) -> bool:
+    """Does the draft peek at the coin, so that a rejection of y is the draft stopping before it (spec.stop)?"""
+    return spec.stop in PEEKING_STOPS
+
+
+def rejection_row(spec, residual, committed, *, bonus_base=0):
+    """The row a rejection's token is drawn from: the rejected y's residual row, or, when the draft peeks and stops
+    before y, the bonus row at the committed state (bonus_base + committed, where a table keeps its bonus rows)."""
+    return bonus_base + committed if peeks(spec) else residual
+
+
 # --- what a rejection of y samples: rows p, q (..., V) and y one-hot (..., V) -> unnormalised weights (..., V) ----
 RESIDUALS = {
     "normalised": lambda p, q, y_hot, spec: (p - q).clamp(min=0),
@@ -199,6 +258,18 @@ RESIDUAL_UNIFORMS = {  # (the rejected test's uniform, the round's residual unif
 def fix_uniform(spec, u_test, u_fix):
     """The uniform a rejection's residual draw reads (spec.residual_uniform)."""
     return RESIDUAL_UNIFORMS[spec.residual_uniform](u_test, u_fix)
+
+
+def fix_uniforms(spec, rejected, u_test, u_fix):
+    """(m,) the uniform each row's residual draw reads, u_fix updated by fix_uniform where this slot rejects (a
+    fresh uniform is one slot whatever slot rejects: u_fix comes back untouched, with no gather)."""
+    chosen = fix_uniform(spec, u_test, u_fix)
+    return u_fix if chosen is u_fix else torch.where(rejected, chosen, u_fix)
+
+
+def kept_rejected(spec, rejected):
+    """Is a rejected proposal committed before the target's token (a bool or (m,) bools)? keep_rejected: wrong."""
+    return rejected & spec.keep_rejected
 
 
 # --- after a full block: the bonus law, from the target row and the draft row after the last proposal ------------

@@ -30,6 +30,7 @@ ResidualUniform = Literal[tuple(semantics.RESIDUAL_UNIFORMS)]
 Bonus = Literal[tuple(semantics.BONUSES)]
 Schedule = Literal[tuple(semantics.SCHEDULES)]
 Verifier = Literal[tuple(semantics.VERIFIERS)]
+Stop = Literal[tuple(semantics.STOPS)]
 # what a block verifier replaces: the token rule's tests, residual, bonus and an unchanged one-model draft of k
 BLOCK_NEEDS = {"acceptance": "ratio", "judge": "aligned", "residual": "normalised", "residual_uniform": "fresh",
                "bonus": "target", "keep_rejected": False, "verify_first": True, "phantom": False, "schedule": "fixed",
@@ -67,8 +68,7 @@ class DecoderSpec:
     proposer: Literal["model", "ngram"] = "model"  # ngram: copy what followed an earlier occurrence, one-hot
     ngram_match: Literal["latest", "earliest"] = "latest"  # which earlier occurrence (transformers takes the first)
     schedule: Schedule = "fixed"  # hf: k + 2 after a full block, k - 1 otherwise, in [k_min, k_max]
-    stop: Literal["never", "confidence", "coin"] = "never"  # confidence: after a token with q < confidence;
-    #                                                          coin: just before a proposal that would be rejected
+    stop: Stop = "never"  # confidence: after a token with q < confidence; coin: just before a rejected proposal
     epsilon: float = 0.09  # typical acceptance: Medusa's posterior_threshold
     delta: float = 0.3  # typical acceptance: Medusa's posterior_alpha
     confidence: float = 0.4  # transformers' assistant_confidence_threshold
