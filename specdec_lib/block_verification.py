@@ -72,14 +72,14 @@ def block_weights(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.T
     # 1. each draft's probability under the target and under the draft: P_i(X_i), Q_i(X_i)
     p_x = p_rows[..., :k, :].gather(-1, idx).squeeze(-1)  # (..., k)
     q_x = q_rows.gather(-1, idx).squeeze(-1)  # (..., k)
-    # 2. the likelihood ratio P_i(X_i) / Q_i(X_i); a draft q gives no mass: inf if the target gives some, else 0
-    ratio = torch.where(q_x > 0, p_x / torch.where(q_x > 0, q_x, 1.0), torch.where(p_x > 0, torch.inf, 0.0))
-    # 3. the running weight p_i = min(1, p_{i-1} ratio_i) from p_0 = 1 (once 0, it stays 0: never 0 * inf)
+    # 2. the likelihood ratio P_i(X_i) / Q_i(X_i); a draft q gives no mass: inf if the target gives some, else 0 (0/0)
+    ratio = (p_x / q_x).nan_to_num(nan=0.0, posinf=math.inf)  # (..., k)
+    # 3. the running weight p_i = min(1, p_{i-1} ratio_i) from p_0 = 1; once 0, it stays 0: 0 * inf is NaN, and
+    # NaN stays NaN down the row (clamp and products keep it) until it is read as 0 at the end
     running = [torch.ones(lead, dtype=torch.float64, device=p_rows.device)]
     for i in range(k):
-        prev = running[-1]
-        running.append(torch.where(prev > 0, (prev * ratio[..., i]).clamp(max=1.0), 0.0))
-    p = torch.stack(running, -1)  # (..., k+1)
+        running.append((running[-1] * ratio[..., i]).clamp(max=1.0))
+    p = torch.stack(running, -1).nan_to_num(nan=0.0)  # (..., k+1)
     if naive:  # the wrong port: its test's exact law of tau, as the hazards h_i = P(tau = i) / P(tau <= i)
         law = product_tau_law(p)
         below = law.cumsum(-1)[..., 1:]  # P(tau <= i), i = 1 .. k
@@ -88,8 +88,8 @@ def block_weights(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.T
     # 4. Z_i = sum_x max(p_i P_{i+1}(x) - Q_{i+1}(x), 0) for i = 1 .. k-1
     z = (p[..., 1:k, None] * p_rows[..., 1:k, :] - q_rows[..., 1:k, :]).clamp(min=0).sum(-1)  # (..., k-1)
     # 5. h_i = Z_i / (Z_i + 1 - p_i), 1 where the denominator is 0 (Z_i = 0 and p_i = 1); the last row: h_k = p_k
-    den = z + (1 - p[..., 1:k])
-    h_mid = torch.where(den > 0, z / torch.where(den > 0, den, 1.0), 1.0).clamp(max=1.0)
+    den = z + (1 - p[..., 1:k])  # 0 only where Z_i = 0 and p_i = 1: 0/0 is NaN, read as 1
+    h_mid = (z / den).nan_to_num(nan=1.0).clamp(max=1.0)
     return BlockWeights(p=p, h=torch.cat([h_mid, p[..., 1:][..., -1:]], -1))
 
 
@@ -113,16 +113,15 @@ def _residual(p_rows, q_rows, weights: BlockWeights, tau: torch.Tensor, naive: b
     lead = _lead(p_rows.shape[:-2], q_rows.shape[:-2], tau.shape)
     tau = tau.expand(lead)
     at = tau[..., None, None].expand(*lead, 1, V)  # (..., 1, V) the row index tau, per vocabulary entry
-    # 1. the target's row after the accepted prefix, P_{tau+1}, and the draft's, Q_{tau+1} (zero after the last draft)
+    # 1. the target's row after the accepted prefix, P_{tau+1}, and the draft's, Q_{tau+1} (read only where tau < k)
     p_next = p_rows.expand(*lead, k + 1, V).gather(-2, at).squeeze(-2)  # (..., V)
-    zero = torch.zeros(q_rows.shape[:-2] + (1, V), dtype=torch.float64, device=q_rows.device)
-    q_next = torch.cat([q_rows, zero], -2).expand(*lead, k + 1, V).gather(-2, at).squeeze(-2)  # (..., V)
-    # 2. the weight the target keeps there: p_tau (the naive port forgets it: 1); a full block draws P_{k+1} itself
-    p_tau = weights.p.expand(*lead, k + 1).gather(-1, tau[..., None])  # (..., 1)
-    scale = torch.where((tau[..., None] == k) | naive, 1.0, p_tau)
-    # 3. what the target still owes: max(scale P_{tau+1} - Q_{tau+1}, 0), or P_{tau+1} where nothing is owed
+    q_next = q_rows.expand(*lead, k, V).gather(-2, at.clamp(max=k - 1)).squeeze(-2) if k else p_next  # (..., V)
+    # 2. the weight the target keeps there: p_tau (the naive port forgets it: 1)
+    scale = 1.0 if naive else weights.p.expand(*lead, k + 1).gather(-1, tau[..., None])  # (..., 1)
+    # 3. what the target still owes: max(scale P_{tau+1} - Q_{tau+1}, 0); P_{tau+1} itself after a full block (no
+    # draft there) or where nothing is owed
     w = (scale * p_next - q_next).clamp(min=0)
-    return torch.where(w.sum(-1, keepdim=True) > 0, w, p_next)
+    return torch.where((tau[..., None] < k) & (w.sum(-1, keepdim=True) > 0), w, p_next)
 
 
 def tau_law(h: torch.Tensor) -> torch.Tensor:
@@ -207,6 +206,7 @@ def verify_batch_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: to
                        naive: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Block verification of n blocks: (accepted (n,), next token (n,)) for p_rows (n, k+1, V), q_rows (n, k, V)."""
     generator = check_generator(generator)
+    p_rows, q_rows = check_tensor("p_rows", p_rows).double(), check_tensor("q_rows", q_rows).double()  # once
     weights = block_weights(p_rows, q_rows, proposals, naive=naive)
     if proposals.dim() != 2:
         raise ValueError(f"proposals must be (n, k), one block a row; got shape {tuple(proposals.shape)}")

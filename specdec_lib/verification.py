@@ -48,8 +48,8 @@ def verify_batch(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Te
     accepted = accepted_prefix(ok)  # (n,)
     rows = torch.arange(n, device=p_rows.device)
     p_at = p_rows[rows, accepted]  # (n, V) target row at the first rejection, or the bonus row
-    q_pad = torch.cat([q_rows, torch.zeros_like(p_rows[:, :1])], dim=1)  # (n, k+1, V); no draft at the bonus slot
-    q_at = q_pad[rows, accepted]  # (n, V)
+    q_at = q_rows[rows, accepted.clamp(max=k - 1)] if k else torch.zeros_like(p_at)  # (n, V) the draft's row there
+    q_at.masked_fill_((accepted == k)[:, None], 0.0)  # (n, V); no draft at the bonus slot
     # [p - q]_+ is the residual on rejection, and p itself at the bonus slot, where q is zero
     nxt = sample_rows(residual_weights(p_at, q_at), generator)  # (n,), its own uniforms: never the acceptance one
     return accepted, nxt
