@@ -1,8 +1,6 @@
 """The lab's real transformer pair: cache rollback, alignment, greedy equality, and the exact distribution,
 under the token rule and block verification."""
 
-import functools
-
 import pytest
 import torch
 
@@ -293,6 +291,14 @@ def test_long_blocks_sample_the_exact_target_distribution(flat, verifier, kind):
     assert sd.total_variation(got, exact) < sd.tv_noise_bound(exact, BLOCK_N)
 
 
+def _naive_block_rule(p_rows, proposals, q_rows, generator, *, one_hot):
+    """The lab's one-block rule, but by the core's naive port verify_batch_block(naive=True) (a neural draft)."""
+    assert not one_hot
+    accepted, nxt = verify_batch_block(p_rows.double()[None], q_rows.double()[None], proposals[None], generator,
+                                       naive=True)
+    return lab_accept.Acceptance(int(accepted[0]), nxt[0])
+
+
 @pytest.mark.stat
 def test_the_naive_block_port_fails_the_same_test(flat, monkeypatch):
     """Negative control: the lab's loop with the core's naive port (verify_batch_block(naive=True)) is biased."""
@@ -304,8 +310,7 @@ def test_the_naive_block_port_fails_the_same_test(flat, monkeypatch):
     # pass and the exact law from a pass over the prompt alone differ by float32 rounding only (kernels vary by CPU)
     assert sd.total_variation(rule, p_1) < 1e-12 and sd.total_variation(p_1, exact) < 1e-6
     assert sd.total_variation(port, exact) > 2 * bound  # the port: not
-    naive = functools.partial(verify_batch_block, naive=True)  # the core's naive port, inside the lab's block path
-    monkeypatch.setattr(lab_accept, "verify_batch_block", naive)
+    monkeypatch.setattr(lab_accept, "_block_rule", _naive_block_rule)  # the lab's block path, naive port inside
     got = _empirical(target, _drafter("neural", draft), {"temperature": 1.0}, BLOCK_N, verifier="block", k=BLOCK_K,
                      horizon=BLOCK_HORIZON)
     assert sd.total_variation(got, exact) > bound
