@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from ..markov.registry import MODES
-from ..markov.semantics import acceptance, block_round, fix_uniform, match_law, residual_weights
+from ..markov.semantics import acceptance, block_round, fix_uniform, match_law, rejection_weights
 from ..markov.spec import DecoderSpec
 from ..sampling import sample_rows
 from ..variant import Variant
@@ -49,7 +49,7 @@ def _rejection_draw(spec: DecoderSpec, p: torch.Tensor, q: torch.Tensor, y: torc
         return sample_rows(match_law(p, y_hot), generator)
     fresh = torch.rand(y.shape[0], dtype=torch.float64, generator=generator) if spec.residual_uniform == "fresh" \
         else None  # drawn only when read: a reused uniform leaves the generator's stream as the bug does
-    return _inverse_cdf(residual_weights(spec, p, q, y_hot), fix_uniform(spec, u_test, fresh))
+    return _inverse_cdf(rejection_weights(spec, p, q, y_hot), fix_uniform(spec, u_test, fresh))
 
 
 def rule_verifier(spec: DecoderSpec) -> Callable:

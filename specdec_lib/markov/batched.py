@@ -72,7 +72,7 @@ def residual_table(P: torch.Tensor, R: torch.Tensor, spec: DecoderSpec) -> torch
     p = P.double()[:, None, None, :]  # (V, 1, 1, V)
     q = R.double()[None, :, None, :]  # (1, V, 1, V)
     y_hot = torch.eye(V, dtype=torch.float64)[None, None]  # (1, 1, V, V)
-    return cdf_table(sem.residual_weights(spec, p, q, y_hot).expand(V, V, V, V))
+    return cdf_table(sem.rejection_weights(spec, p, q, y_hot).expand(V, V, V, V))
 
 
 @dataclass(frozen=True)

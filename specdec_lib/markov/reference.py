@@ -89,7 +89,7 @@ class Hooks:
         p, q = dec.target.double(), dec.ratio.double()
         eye = torch.eye(V, dtype=torch.float64)[None, None]
         acc = sem.acceptance(spec, p[:, None, :], q[None, :, :])  # (V, V, V)
-        fix = sem.residual_weights(spec, p[:, None, None, :], q[None, :, None, :], eye)  # (V, V, V, V)
+        fix = sem.rejection_weights(spec, p[:, None, None, :], q[None, :, None, :], eye)  # (V, V, V, V)
         bonus = sem.bonus_row(spec, p, dec.draft.double())  # (V, V)
         return cls(dec, p.tolist(), dec.propose.double().tolist(), dec.draft.double().tolist(), acc.tolist(),
                    fix.tolist(), bonus.tolist())

@@ -52,7 +52,7 @@ from .draft_rules import typical_threshold
 __all__ = ["DRAFT_CONTEXTS", "JUDGES", "RATIO_CONTEXTS", "ACCEPTANCES", "TARGET_ONLY", "SAMPLED_TESTS", "RESIDUALS",
            "RESIDUAL_UNIFORMS", "BONUSES", "SCHEDULES", "VERIFIERS", "STOPS", "PEEKING_STOPS", "SGLANG_ACC_FLOOR",
            "draft_state", "judge_row", "ratio_state", "acceptance", "threshold_accept", "typical_keep", "keeps",
-           "stops_after", "draft_count", "peeks", "rejection_row", "residual_weights", "match_law", "reused_law",
+           "stops_after", "draft_count", "peeks", "rejection_row", "rejection_weights", "match_law", "reused_law",
            "rejection_law", "bonus_row", "fix_uniform", "fix_uniforms", "kept_rejected", "next_k", "argmax_rows",
            "typical_rows", "block_pass", "block_tokens", "block_round", "block_law"]
 
@@ -207,7 +207,7 @@ RESIDUALS = {
 }
 
 
-def residual_weights(spec, p: torch.Tensor, q: torch.Tensor, y_hot: torch.Tensor, kind: str | None = None):
+def rejection_weights(spec, p: torch.Tensor, q: torch.Tensor, y_hot: torch.Tensor, kind: str | None = None):
     """Unnormalised weights (broadcast shape) of what a rejection of y samples, by spec.residual (or `kind`);
     p itself where they are empty (p == q leaves nothing: no rejection can happen there)."""
     p, q, y_hot = p.double(), q.double(), y_hot.double()
@@ -243,7 +243,7 @@ def rejection_law(spec, p: torch.Tensor, q: torch.Tensor, y_hot: torch.Tensor, a
     match: p without y; a fresh uniform: the residual normalised; a reused one: reused_law."""
     if spec.acceptance == "match":
         return match_law(p, y_hot).expand(torch.broadcast_shapes(p.shape, q.shape, y_hot.shape))
-    w = residual_weights(spec, p, q, y_hot)
+    w = rejection_weights(spec, p, q, y_hot)
     if spec.residual_uniform == "reused":
         return reused_law(w, a)
     return w / w.sum(-1, keepdim=True)

@@ -1,6 +1,6 @@
 """Act VI, which exact verifier fits which draft: the tables notebook 08 shows, each number computed exactly.
 
-A round from start state s drafts x_1 .. x_k from Q. block_round enumerates every drafted path (V^k per start)
+A round from start state s drafts x_1 .. x_k from Q. block_round_outcomes enumerates every drafted path (V^k per start)
 through the exact engine's block_outcomes (markov/block_round.py: core block_verification's weights, tau law and
 residual), so it gives
 E[N | s] (tokens a round commits: tau accepted drafts and one token of the target's) and the law of the next
@@ -32,7 +32,7 @@ from .long_run import costed_chain, long_run_result, round_law, stationary
 from .spec import DecoderSpec
 from .tree import tree_expected_tokens
 
-__all__ = ["RULES", "VERIFIERS", "DRAFTS", "MAX_PATHS", "BlockRound", "block_round", "PathMass", "path_mass",
+__all__ = ["RULES", "VERIFIERS", "DRAFTS", "MAX_PATHS", "BlockRound", "block_round_outcomes", "PathMass", "path_mass",
            "alive_mass", "verifier_speedup", "KRow", "against_k", "GainGrid", "gain_grid", "greedy_draft", "Drafter",
            "Fit", "fit", "MapRow", "verifier_map"]
 
@@ -71,7 +71,7 @@ def _tables(P, Q, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     return P / P.sum(-1, keepdim=True), Q / Q.sum(-1, keepdim=True)
 
 
-def block_round(P, Q, *, k: int, naive: bool = False, temperature: float = 1.0) -> BlockRound:
+def block_round_outcomes(P, Q, *, k: int, naive: bool = False, temperature: float = 1.0) -> BlockRound:
     """Block verification's round (naive=True: the wrong port's) at k from every start: the exact engine's
     block_outcomes (markov/block_round.py) over all V^k drafted paths, the committed drafts summed out."""
     P, Q = _tables(P, Q, temperature)
@@ -132,7 +132,7 @@ def verifier_speedup(P, Q, *, k: int, verifier: str, c_d: float, c_v: float,
         n, nxt = law.n, law.next_start
     else:
         costed_chain(P, Q, c_d=c_d, c_v=c_v)  # validates the costs
-        r = block_round(P, Q, k=k, naive=verifier == "block_naive")
+        r = block_round_outcomes(P, Q, k=k, naive=verifier == "block_naive")
         n, nxt = r.n, r.next_start
     V = P.shape[0]
     return long_run_result(f"{verifier} rule, k = {k}", stationary(nxt), n=n,
@@ -238,7 +238,7 @@ def fit(drafter: Drafter, P=None, Q=None, *, start: int = 0) -> Fit:
     P, Q = _tables(P, Q, drafter.temperature)
     one = greedy_draft(Q) if drafter.draft == "deterministic" else Q
     tokens = {"token rule": float(round_law(costed_chain(P, one, c_d=0.0, c_v=1.0), k=drafter.k).n[start]),
-              "block verification": float(block_round(P, one, k=drafter.k).n[start])}
+              "block verification": float(block_round_outcomes(P, one, k=drafter.k).n[start])}
     if drafter.num_drafts > 1:
         rule = "rrs" if drafter.draft == "sampled" else "onehot_sequential"
         tokens["multi-draft"] = tree_expected_tokens(P, Q, start=start, rule=rule,

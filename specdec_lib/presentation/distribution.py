@@ -17,7 +17,7 @@ from .widgets import explorer
 
 __all__ = [
     "POST_DRAWS", "POST_TEMPERATURES", "POST_LOGIT_PAIRS", "PAIR_COLORS", "SAMPLER_COLORS", "T_RANGE", "N_GRID",
-    "STATE_TEMPERATURES", "TEMPERATURE_COLORS", "logit_pairs", "overlap_at", "check_policy", "truncation_label",
+    "STATE_TEMPERATURES", "TEMPERATURE_COLORS", "logit_pairs", "overlap_at", "check_view_policy", "truncation_label",
     "beta_by_state", "sampler_frequencies", "overlap_curve", "plot_shared_mass", "plot_sampler_frequencies",
     "plot_overlap_vs_temperature", "plot_pair_at_temperature", "plot_temperature_view", "temperature_explorer",
     "plot_beta_by_state", "FIGURES"
@@ -51,7 +51,7 @@ def overlap_at(logits_p: torch.Tensor, logits_q: torch.Tensor, temperature: floa
     return sampling.overlap(apply_policy(logits_p, **policy), apply_policy(logits_q, **policy))
 
 
-def check_policy(temperature, top_k, top_p) -> tuple[float, int | None, float | None]:
+def check_view_policy(temperature, top_k, top_p) -> tuple[float, int | None, float | None]:
     """Validate a view's policy: temperature > 0 (a log axis), top_k None or >= 1, top_p None or in (0, 1]."""
     temperature = check_real("temperature", temperature, low=0.0, low_open=True)
     top_k = None if top_k is None else check_int("top_k", top_k, minimum=1)
@@ -213,7 +213,7 @@ def plot_temperature_view(pair: str = "same argmax", temperature: float = 1.0, *
     pairs = logit_pairs() if pairs is None else pairs
     if pair not in pairs:
         raise ValueError(f"pair must be one of {sorted(pairs)}, got {pair!r}")
-    temperature, top_k, top_p = check_policy(temperature, top_k, top_p)
+    temperature, top_k, top_p = check_view_policy(temperature, top_k, top_p)
     lp, lq = pairs[pair]
     policy = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
     fig, (left, right) = new_figure(2, width=10.0, height=3.6)

@@ -19,7 +19,7 @@ from .style import COLORS, new_figure
 from .widgets import explorer
 
 __all__ = [
-    "K", "HORIZON", "GuideRow", "decoder_law", "guide_rows", "guide_table", "plot_guide_tv", "plot_bug", "bug_card",
+    "K", "HORIZON", "GuideRow", "law_and_target", "guide_rows", "guide_table", "plot_guide_tv", "plot_bug", "bug_card",
     "field_guide_explorer", "FIGURES"
 ]
 
@@ -34,7 +34,7 @@ class GuideRow(Variant):
     exact_tv: float
 
 
-def decoder_law(mode: str, *, k: int = K, horizon: int = HORIZON) -> tuple[torch.Tensor, torch.Tensor]:
+def law_and_target(mode: str, *, k: int = K, horizon: int = HORIZON) -> tuple[torch.Tensor, torch.Tensor]:
     """(decoder's exact output law, the target it should match), both (V,) * horizon, on the reference chain."""
     ch = chain_mod.reference_chain()
     law = exact.decoder_law(ch.P, ch.Q, start=ch.start, horizon=horizon, k=k, mode=mode, Q_bad=ch.Q_bad)
@@ -45,7 +45,7 @@ def guide_rows(*, k: int = K, horizon: int = HORIZON) -> list[GuideRow]:
     """One GuideRow per registered decoder, in registry order."""
     rows = []
     for m in failure_modes(chapter="field guide"):
-        law, want = decoder_law(m.name, k=k, horizon=horizon)
+        law, want = law_and_target(m.name, k=k, horizon=horizon)
         rows.append(GuideRow(m.name, m.description, m.reference, total_variation(law, want), exact=m.exact,
                              chapter=m.chapter))
     return rows
@@ -80,7 +80,7 @@ def plot_guide_tv(rows: list[GuideRow] | None = None, *, threshold: float | None
 
 def plot_bug(mode: str = "greedy_draft_softmax_q", *, k: int = K, horizon: int = HORIZON):
     """The decoder's exact probability of every sequence against the target's, sorted by the target."""
-    law, want = decoder_law(mode, k=k, horizon=horizon)
+    law, want = law_and_target(mode, k=k, horizon=horizon)
     fig = plot_sequence_distributions(exact=want, empirical_by_label={mode: law})
     fig.axes[0].set_title(f"{mode}: exact output law against the target", fontsize=10)
     return fig
@@ -89,7 +89,7 @@ def plot_bug(mode: str = "greedy_draft_softmax_q", *, k: int = K, horizon: int =
 def bug_card(mode: str) -> str:
     """A few lines on one registered decoder: what it does wrong, where it was reported, and its exact TV."""
     m = MODES[mode]
-    law, want = decoder_law(mode)
+    law, want = law_and_target(mode)
     tv = total_variation(law, want)
     verdict = "exact: costs only speed" if m.exact else f"wrong: exact TV {tv:.4f} from the target"
     return f"{mode}: {m.description}\nreference: {m.reference}\n{verdict}"

@@ -19,7 +19,7 @@ from .style import COLORS, new_figure
 from .widgets import explorer
 
 __all__ = ["REAL_GID", "TOY_GID", "MEASURED_GID", "PREDICTED_GID", "PARITY_GID", "CURVE_GID", "DIFF_GID", "GAP_GID",
-           "FLIPS_GID", "AGREE_GID", "c_v_at", "weights_caption", "real_points", "plot_real_plane",
+           "FLIPS_GID", "AGREE_GID", "recorded_c_v", "weights_caption", "real_points", "plot_real_plane",
            "plot_measured_vs_predicted", "plot_c_v_curves", "plot_numerics", "plot_real_what_if",
            "real_what_if_explorer", "FIGURES"]
 
@@ -31,7 +31,7 @@ DTYPES = ("float32", "bfloat16")
 MARKERS = {"code": "D", "prose": "s", "edit": "^"}
 
 
-def c_v_at(recording: RealRecording, k: int, *, dtype: str = "float32", matmul: str | None = None) -> float:
+def recorded_c_v(recording: RealRecording, k: int, *, dtype: str = "float32", matmul: str | None = None) -> float:
     """The recorded c_v(k) of the c_v curve at this dtype and path (default: the dtype's path in the runs)."""
     k = check_int("k", k, minimum=1)
     matmul = recording.matmul_for(dtype) if matmul is None else matmul
@@ -75,7 +75,7 @@ def real_points(recording: RealRecording, k: int, *, dtype: str = "float32") -> 
 
 def _plane(recording: RealRecording, toy: Recording, k: int, *, dtype: str, point=None):
     """S(k) over (c_d, alpha) at the real c_v(k), the real runs at k (one marker per task), the toy drafts in grey."""
-    c_v = c_v_at(recording, k, dtype=dtype)
+    c_v = recorded_c_v(recording, k, dtype=dtype)
     points = real_points(recording, k, dtype=dtype)
     toys = draft_points(toy, k) if k in {j for t in toy.tables for j in t.ks} else []
     top = max([0.8] + [1.1 * p["c_d"] for p in points + toys] + ([1.1 * point[1]] if point else []))

@@ -27,7 +27,7 @@ from .loop import (
     RAW,
     LoopSpec,
     block_size,
-    check_prompt,
+    check_prompt_ids,
     commit,
     draft_row,
     drafting_stops,
@@ -63,7 +63,7 @@ class _Probs:
 def _check(prompt, settings) -> tuple[int, ...]:
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be a Settings, got {type(settings).__name__}")
-    return check_prompt(prompt)
+    return check_prompt_ids(prompt)
 
 
 def plain_law(model, prompt, settings: Settings, *, with_stop: bool = False) -> dict:

@@ -39,7 +39,7 @@ from .settings import SPEC_CHOICES, LoopSpec, Settings
 
 __all__ = ["Output", "LoopSpec", "SPEC_CHOICES", "generate", "speculate", "block_size", "draft_view",
            "draft_row", "drafting_stops", "round_block", "target_view", "target_rows", "commit", "reported_logprobs",
-           "next_lasts", "check_prompt", "RAW", "CORRECT"]
+           "next_lasts", "check_prompt_ids", "RAW", "CORRECT"]
 
 RAW = View(processors=frozenset())  # no processor runs: the model's own softmax
 
@@ -61,7 +61,7 @@ BANS = ("no_repeat_ngram_size", "bad_words")
 CORRECT = LoopSpec()  # the correct loop
 
 
-def check_prompt(prompt) -> tuple[int, ...]:
+def check_prompt_ids(prompt) -> tuple[int, ...]:
     """The prompt as a tuple of token ids (ints >= 0)."""
     if isinstance(prompt, torch.Tensor):
         prompt = prompt.tolist()
@@ -74,7 +74,7 @@ def _check_call(prompt, settings, generator) -> tuple[int, ...]:
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be a Settings, got {type(settings).__name__}")
     check_generator(generator)
-    return check_prompt(prompt)
+    return check_prompt_ids(prompt)
 
 
 def _log(p: float) -> float:

@@ -12,7 +12,7 @@ TOY_Q = torch.tensor([[2 / 3, 1 / 3], [2 / 3, 1 / 3]])
 
 
 def test_the_papers_toy_block_keeps_11_9_and_the_token_rule_10_9():
-    block = vm.block_round(TOY_P, TOY_Q, k=2)
+    block = vm.block_round_outcomes(TOY_P, TOY_Q, k=2)
     token = vm.verifier_speedup(TOY_P, TOY_Q, k=2, verifier="token", c_d=0.0, c_v=1.0)
     assert (block.n - 1 - 11 / 9).abs().max() < 1e-12  # accepted drafts per block, from either state
     assert abs(token.tokens_per_round - 1 - 10 / 9) < 1e-12
@@ -22,7 +22,7 @@ def test_the_papers_toy_block_keeps_11_9_and_the_token_rule_10_9():
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_block_round_is_the_alive_mass_identity_and_the_naive_port_is_not(k):
-    block, naive = vm.block_round(CH.P, CH.Q, k=k), vm.block_round(CH.P, CH.Q, k=k, naive=True)
+    block, naive = vm.block_round_outcomes(CH.P, CH.Q, k=k), vm.block_round_outcomes(CH.P, CH.Q, k=k, naive=True)
     alive = vm.alive_mass(CH.P, CH.Q, k=k).sum(-1)  # E[N | s] = 1 + sum_i sum_paths w_i
     assert (block.n - alive).abs().max() < 1e-12
     assert (block.next_start.sum(-1) - 1).abs().max() < 1e-12 and (block.jumps[0] == 0).all()
@@ -35,7 +35,7 @@ def test_block_round_is_the_alive_mass_identity_and_the_naive_port_is_not(k):
 @pytest.mark.parametrize("k", [2, 3])
 def test_path_mass_is_each_rules_full_block_probability(k):
     token = sd.markov.long_run.round_law(sd.markov.long_run.costed_chain(CH.P, CH.Q, c_d=C_D, c_v=C_V), k=k)
-    block = vm.block_round(CH.P, CH.Q, k=k)
+    block = vm.block_round_outcomes(CH.P, CH.Q, k=k)
     for s in range(5):
         m = vm.path_mass(CH.P, CH.Q, k=k, start=s)
         assert abs(m.draft.sum() - 1) < 1e-12 and abs(m.target.sum() - 1) < 1e-12
@@ -46,7 +46,7 @@ def test_path_mass_is_each_rules_full_block_probability(k):
 
 
 def test_at_k_1_block_verification_is_the_token_rule():
-    block = vm.block_round(CH.P, CH.Q, k=1)
+    block = vm.block_round_outcomes(CH.P, CH.Q, k=1)
     token = sd.markov.long_run.round_law(sd.markov.long_run.costed_chain(CH.P, CH.Q, c_d=C_D, c_v=C_V), k=1)
     assert (block.n - token.n).abs().max() < 1e-12
     assert (block.next_start - token.next_start).abs().max() < 1e-12
@@ -54,7 +54,7 @@ def test_at_k_1_block_verification_is_the_token_rule():
 
 def _tokens_per_call(P, Q, *, k, horizon, naive=False):
     """H / E[R_H | 0] by the renewal equation over block rounds (every round drafts k; tokens past H are cut)."""
-    jumps = vm.block_round(P, Q, k=k, naive=naive).jumps  # (k + 2, V, V) P(N = n, next start | s)
+    jumps = vm.block_round_outcomes(P, Q, k=k, naive=naive).jumps  # (k + 2, V, V) P(N = n, next start | s)
     rounds = {h: torch.zeros(P.shape[0], dtype=torch.float64) for h in range(-k, 1)}  # E[R_h] = 0 for h <= 0
     for h in range(1, horizon + 1):
         rounds[h] = 1 + sum(jumps[n] @ rounds[h - n] for n in range(1, k + 2))
@@ -147,11 +147,11 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="verifier must be one of 'token', 'block', 'block_naive'"):
         vm.verifier_speedup(CH.P, CH.Q, k=2, verifier="blocks", c_d=C_D, c_v=C_V)
     with pytest.raises(ValueError, match="k = 9 needs 5\\^9 drafted paths"):
-        vm.block_round(CH.P, CH.Q, k=9)
+        vm.block_round_outcomes(CH.P, CH.Q, k=9)
     with pytest.raises(ValueError, match="k must be >= 1"):
-        vm.block_round(CH.P, CH.Q, k=0)
+        vm.block_round_outcomes(CH.P, CH.Q, k=0)
     with pytest.raises(ValueError, match="P and Q must have the same shape"):
-        vm.block_round(CH.P, TOY_Q, k=2)
+        vm.block_round_outcomes(CH.P, TOY_Q, k=2)
     with pytest.raises(ValueError, match="draft must be one of 'sampled', 'deterministic'"):
         vm.Drafter("x", "greedy")
     with pytest.raises(TypeError, match="drafter must be a Drafter"):

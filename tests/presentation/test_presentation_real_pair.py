@@ -43,14 +43,14 @@ def gids(fig: Figure) -> list[str]:
     return [a.get_gid() for ax in fig.axes for a in ax.get_children() if a.get_gid()]
 
 
-def test_c_v_at_reads_the_curve_at_the_dtypes_path():
-    assert views.c_v_at(R, 4) == pytest.approx(1.0 + 0.14 * 4)  # float32 runs went through onednn
-    assert views.c_v_at(R, 4, matmul="default") == pytest.approx(1.0 + 0.35 * 4)
-    assert views.c_v_at(R, 4, dtype="bfloat16") == pytest.approx(1.0 + 0.02 * 4)
+def test_recorded_c_v_reads_the_curve_at_the_dtypes_path():
+    assert views.recorded_c_v(R, 4) == pytest.approx(1.0 + 0.14 * 4)  # float32 runs went through onednn
+    assert views.recorded_c_v(R, 4, matmul="default") == pytest.approx(1.0 + 0.35 * 4)
+    assert views.recorded_c_v(R, 4, dtype="bfloat16") == pytest.approx(1.0 + 0.02 * 4)
     with pytest.raises(ValueError, match=r"must be a point of the c_v curve.*got \('float32', 'onednn', 3\)"):
-        views.c_v_at(R, 3)
+        views.recorded_c_v(R, 3)
     with pytest.raises(ValueError, match="k must be >= 1"):
-        views.c_v_at(R, 0)
+        views.recorded_c_v(R, 0)
 
 
 def test_real_points_fit_alpha_at_k_and_keep_greedy_runs_of_the_dtype():
@@ -121,7 +121,7 @@ def test_numerics_shows_diffs_flips_and_where_bf16_left_plain():
 def test_what_if_predicts_at_the_real_c_v_and_lists_the_runs():
     fig, text = views.plot_real_what_if(R, TOY, c_d=0.1, alpha=0.8, k=4)
     assert isinstance(fig, Figure)
-    expected = sd.speedup(0.8, c_d=0.1, k=4, c_v=views.c_v_at(R, 4))
+    expected = sd.speedup(0.8, c_d=0.1, k=4, c_v=views.recorded_c_v(R, 4))
     assert f"predicted S(4) = {expected:.2f}" in text and "model/edit" in text and "lookup" not in text
     with pytest.raises(ValueError, match="alpha must lie in"):
         views.plot_real_what_if(R, TOY, c_d=0.1, alpha=1.5, k=4)
