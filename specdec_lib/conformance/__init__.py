@@ -23,7 +23,7 @@ from .check import audit_drafter, audit_verifier
 from .generation import LOGPROB_TOLERANCE, assert_generates, audit_generation
 from .generation_adapters import GENERATION_CONVENTIONS, assisted_generate, speculate_fn
 from .generation_battery import ChainModel, GenerationCase, HFChain, generation_cases, transformers_cases
-from .laws import Law, block_law, block_rule, complete, mean_accepted, target_law
+from .laws import Law, block_rule, committed_block_law, complete, mean_accepted, target_law
 from .randomness import PROBES, RAND_CONVENTIONS, ProbeResult, RandomnessReport, audit_randomness
 from .randomness_refs import BROKEN, batch_stream, broken_verifier, keyed_by_position, keyed_by_step, library_verifier
 from .report import CaseResult, DrafterReport, GenerationCaseResult, GenerationReport, VerifierReport
@@ -40,7 +40,7 @@ def assert_conformant(fn, **kwargs) -> VerifierReport:
 __all__ = ["audit_verifier", "audit_drafter", "assert_conformant", "VerifierReport", "CaseResult", "DrafterReport",
            "CONVENTIONS", "adapt", "Case", "battery", "power", "Power", "Promise", "PROMISE", "EPSILON", "BETA",
            "DELTA", "KnownVerifier", "FIELD_GUIDE", "BLOCK_VERIFIERS", "known_verifiers", "rule_verifier", "Law",
-           "block_rule", "block_law", "mean_accepted", "complete", "target_law",
+           "block_rule", "committed_block_law", "mean_accepted", "complete", "target_law",
            # the second tier: generation loops with the whole sampling surface, and randomness
            "audit_generation", "assert_generates", "LOGPROB_TOLERANCE", "GenerationReport", "GenerationCaseResult",
            "GENERATION_CONVENTIONS", "speculate_fn", "assisted_generate", "GenerationCase", "generation_cases",

@@ -1,8 +1,8 @@
 """The verification bugs of the field guide, each as a verifier of one block, with the spec behind its exact law.
 
 Each `KnownVerifier` pairs a batched sampler (what the buggy code does, draw by draw) with the `DecoderSpec` that
-laws.block_law enumerates: the kit diagnoses a failure by the nearest of these laws, and tests that each sampler
-lands on its own law. The field guide's bugs are the registry's specs, picked by name (markov.registry.MODES);
+laws.committed_block_law enumerates: the kit diagnoses a failure by the nearest of these laws, and tests that each
+sampler lands on its own law. The field guide's bugs are the registry's specs, picked by name (markov.registry.MODES);
 the post's tempting rule and match acceptance are the kit's own, DecoderSpec values too; block verification
 (optimal among exact verifiers of one draft block) and its naive port are the registry's, by name. Every sampler
 takes p (n, k+1, V), q (n, k, V), proposals (n, k) and a generator, and returns (accepted (n,), tokens (n, k+1)

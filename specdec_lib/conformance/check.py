@@ -14,7 +14,7 @@ from ..verification import BlockVerdicts
 from .adapters import PAD, adapt
 from .battery import PROMISE, Case, Promise, battery, power
 from .bugs import EXACT, known_verifiers
-from .laws import block_law, complete, mean_accepted, target_law
+from .laws import committed_block_law, complete, mean_accepted, target_law
 from .report import CaseResult, DrafterReport, VerifierReport
 
 __all__ = ["audit_verifier", "audit_drafter", "committed_law", "DRAFT_LOGITS"]
@@ -26,7 +26,7 @@ def _laws() -> tuple[tuple[Case, torch.Tensor, dict[str, torch.Tensor], tuple[fl
     of the token rule and of block verification (the optimum of an exact verifier of one block), computed once."""
     out = []
     for c in battery():
-        laws = {kv.name: block_law(kv.spec, c.p_rows, c.q_rows) for kv in known_verifiers()}
+        laws = {kv.name: committed_block_law(kv.spec, c.p_rows, c.q_rows) for kv in known_verifiers()}
         kept = (mean_accepted(laws["correct"]), mean_accepted(laws["block_verification"]))
         out.append((c, target_law(c.p_rows), {name: complete(law, c.p_rows) for name, law in laws.items()}, kept))
     return tuple(out)

@@ -25,8 +25,8 @@ import torch
 from .._checks import check_choice
 from .generation_battery import GenerationCase
 
-__all__ = ["GENERATION_CONVENTIONS", "RULES", "Sample", "parse_output", "adapt_generation", "generation_config",
-           "assisted_generate", "from_generate", "speculate_fn"]
+__all__ = ["GENERATION_CONVENTIONS", "RULES", "Sample", "parse_output", "adapt_generation", "assisted_generate",
+           "from_generate", "speculate_fn"]
 
 GENERATION_CONVENTIONS = ("loop", "batched", "transformers")
 RULES = {
@@ -136,16 +136,6 @@ def speculate_fn(spec=None) -> Callable:
 
 # ---- transformers' generate ------------------------------------------------------------------------------------
 
-def generation_config(settings, *, k: int):
-    """hf.generation_config (assisted, k drafts a round; ValueError for what transformers lacks: frequency and
-    presence penalties, a grammar) with the scores returned: the reported logprobs."""
-    from . import hf
-
-    config = hf.generation_config(settings, k=k)
-    config.return_dict_in_generate, config.output_scores = True, True
-    return config
-
-
 def assisted_generate(target, draft, input_ids: torch.Tensor, config):
     """transformers' own assisted generation, the transformers convention's fn: target.generate(input_ids,
     generation_config=config, assistant_model=draft)."""
@@ -178,7 +168,7 @@ def from_generate(fn: Callable) -> Callable:
         if target is None or draft is None:
             raise TypeError(f"case {case.name!r}: the transformers convention needs HF models (HFChain) as target "
                             "and draft")
-        config = generation_config(case.settings, k=case.k)
+        config = hf.generation_config(case.settings, k=case.k, scores=True)  # assisted, k drafts a round
         ids = torch.tensor([case.prompt], dtype=torch.long)  # (1, L)
         seeds = torch.randint(2**62, (n,), generator=generator).tolist()
         out = []

@@ -21,7 +21,7 @@ from .._checks import check_choice, check_generator, check_int, check_real
 
 __all__ = ["V", "HORIZON", "PROMPT", "quiet", "tiny_llama", "tiny_pair", "exact_law", "sample_config", "sampled_law",
            "greedy_prompts", "greedy_mismatches", "context_logits", "generation_kwargs", "generation_config",
-           "assistant_settings", "generate_sample", "plain_processors", "recorded_rounds", "PlainLaw", "plain_law"]
+           "assistant_settings", "generate_sample", "plain_processors", "recorded_rounds", "PlainLaw", "generate_law"]
 
 V, HORIZON = 4, 3  # the audit's vocabulary and horizon: 4^3 = 64 outcomes
 PROMPT = (1, 2)
@@ -175,9 +175,15 @@ def generation_kwargs(settings, *, k: int | None = None, method: str = "assisted
     return kw
 
 
-def generation_config(settings, *, k: int | None = None, method: str = "assisted"):
-    """The GenerationConfig of generation_kwargs(settings, k=k, method=method)."""
-    return _transformers().GenerationConfig(**generation_kwargs(settings, k=k, method=method))
+def generation_config(settings, *, k: int | None = None, method: str = "assisted", scores: bool = False):
+    """The GenerationConfig of generation_kwargs(settings, k=k, method=method); scores: generate() returns its
+    processed scores too (return_dict_in_generate, output_scores: the reported logprobs)."""
+    if not isinstance(scores, bool):
+        raise TypeError(f"scores must be a bool, got {type(scores).__name__}")
+    config = _transformers().GenerationConfig(**generation_kwargs(settings, k=k, method=method))
+    if scores:
+        config.return_dict_in_generate, config.output_scores = True, True
+    return config
 
 
 @contextlib.contextmanager
@@ -205,8 +211,7 @@ def generate_sample(target, draft, prompt, settings, k: int, generator: torch.Ge
     from output_scores, "eos" | "length"); all-ones attention mask (else prompt tokens equal to pad read as padding)."""
     if check_generator(generator) is None:
         raise TypeError("generator must be a torch.Generator (transformers' draws are seeded from it)")
-    cfg = generation_config(settings, k=k, method=method)
-    cfg.return_dict_in_generate, cfg.output_scores = True, True
+    cfg = generation_config(settings, k=k, method=method, scores=True)
     ids0 = _prompt(prompt)
     extra = {"assistant_model": draft} if method == "assisted" else {}
     setting = assistant_settings(draft, num_assistant_tokens=k) if method == "assisted" else contextlib.nullcontext()
@@ -264,7 +269,7 @@ class PlainLaw:
     logits: dict[tuple[int, ...], torch.Tensor] = field(repr=False)
 
 
-def plain_law(model, prompt, config, *, stale: bool = False) -> PlainLaw:
+def generate_law(model, prompt, config, *, stale: bool = False) -> PlainLaw:
     """generate(prompt, generation_config=config)'s exact law by teacher forcing through its own processors and
     stopping criteria, every prefix of the support (stale: a control, the processors see the prompt alone)."""
     processors, stopping = plain_processors(model, prompt, config)

@@ -1,7 +1,7 @@
 """The second transformers audit: assisted generation and prompt lookup, sampled, on the whole sampling surface.
 
 Oracle: plain generate(do_sample=True) by teacher forcing through the processors and stopping criteria generate()
-prepares itself (hf.plain_law); runs end at max_length or an EOS (batch size 1: no padding, variable-length tuples).
+prepares itself (hf.generate_law); runs end at max_length or an EOS (batch size 1: no padding, variable-length tuples).
 Speculative runs are sampled from an explicit torch.Generator and compared by TV with sd.tv_noise_bound, delta split
 over the cases, with negative controls that must fail; reported scores and logits are checked against plain's.
 """
@@ -23,7 +23,7 @@ from ..surface import law_tv
 from . import hf
 
 __all__ = ["AUDIT_NOTES", "PROMPT", "SPECULATIVE", "SurfaceCase", "surface_cases", "surface_pair", "sampling_config",
-           "plain_law", "Sample", "sample_generate", "sampled_law", "block_stats", "law_tv", "law_bound",
+           "GenerateRun", "sample_generate", "empirical_law", "block_stats", "law_tv", "law_bound",
            "score_error", "SurfaceVerdict", "surface_verdicts", "format_verdicts", "COIN_RESOLUTION", "zero_coins",
            "CoinEdge", "coin_edge"]
 
@@ -102,13 +102,8 @@ def sampling_config(**kw):
     return hf.sample_config(**{"do_sample": True, **kw})
 
 
-def plain_law(model, prompt=PROMPT, *, stale: bool = False, **config) -> hf.PlainLaw:
-    """generate(do_sample=True, **config)'s exact law by teacher forcing (hf.plain_law)."""
-    return hf.plain_law(model, prompt, sampling_config(**config), stale=stale)
-
-
 @dataclass(frozen=True)
-class Sample:
+class GenerateRun:
     """One generate() run: new tokens, reported scores and raw logits (T, V), rounds (tokens before, candidates)."""
 
     tokens: tuple[int, ...]
@@ -118,7 +113,7 @@ class Sample:
 
 
 def sample_generate(target, num_samples: int, generator: torch.Generator, *, prompt=PROMPT, method: str = "plain",
-                    draft=None, block: int = 2, **config) -> list[Sample]:
+                    draft=None, block: int = 2, **config) -> list[GenerateRun]:
     """num_samples seeded runs of generate(do_sample=True, **config): plain, assisted by `draft`, or prompt lookup."""
     n = check_int("num_samples", num_samples, minimum=1)
     if check_generator(generator) is None:
@@ -140,14 +135,14 @@ def sample_generate(target, num_samples: int, generator: torch.Generator, *, pro
         for _ in range(n):
             log.clear()  # all-ones mask: generate() would read prompt tokens equal to pad_token_id as padding
             res = target.generate(ids0, attention_mask=torch.ones_like(ids0), generation_config=cfg, **extra)
-            out.append(Sample(tuple(res.sequences[0, ids0.shape[1]:].tolist()), torch.cat(res.scores).float(),
+            out.append(GenerateRun(tuple(res.sequences[0, ids0.shape[1]:].tolist()), torch.cat(res.scores).float(),
                               torch.cat(res.logits).float(), tuple(log)))
     return out
 
 
-def sampled_law(samples) -> dict[tuple[int, ...], float]:
-    """The empirical law {new tokens: frequency} of Samples (or token tuples)."""
-    counts = collections.Counter(s.tokens if isinstance(s, Sample) else tuple(s) for s in samples)
+def empirical_law(samples) -> dict[tuple[int, ...], float]:
+    """The empirical law {new tokens: frequency} of GenerateRuns (or token tuples)."""
+    counts = collections.Counter(s.tokens if isinstance(s, GenerateRun) else tuple(s) for s in samples)
     return {k: c / len(samples) for k, c in counts.items()}
 
 
@@ -221,7 +216,8 @@ class SurfaceVerdict:
 def _control_law(case: SurfaceCase, kind: str, target, draft) -> dict:
     kw = dict(case.off) if kind == "off" else case.kwargs  # past_cap: one token more than max_new_tokens
     kw = {**kw, "max_new_tokens": kw.get("max_new_tokens", hf.HORIZON) + 1} if kind == "past_cap" else kw
-    return plain_law(draft if kind == "draft" else target, case.prompt, stale=kind == "stale", **kw).law
+    return hf.generate_law(draft if kind == "draft" else target, case.prompt, sampling_config(**kw),
+                           stale=kind == "stale").law
 
 
 def surface_verdicts(num_samples: int = 400, *, seed: int = 0, cases=None, pair=None, delta: float = DELTA,
@@ -235,11 +231,11 @@ def surface_verdicts(num_samples: int = 400, *, seed: int = 0, cases=None, pair=
     out = []
     for case in cases:  # each case has its own generator (seed, name, method): a subset sees the full run's draws
         t0, kw = time.perf_counter(), case.kwargs
-        law = plain_law(target, case.prompt, **kw)
+        law = hf.generate_law(target, case.prompt, sampling_config(**kw))
         g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{case.name}/{case.method}".encode()))
         samples = sample_generate(target, n, g, prompt=case.prompt, method=case.method, draft=draft,
                                   block=case.block, **kw)
-        emp, bound = sampled_law(samples), law_bound(law, n, delta / split)
+        emp, bound = empirical_law(samples), law_bound(law, n, delta / split)
         controls = tuple((kind, law_tv(law.law, c), law_tv(emp, c), law_bound(c, n, delta / split))
                          for kind, c in ((k, _control_law(case, k, target, draft)) for k in case.controls))
         stats = block_stats(samples, prompt_len=len(case.prompt), max_new_tokens=kw.get("max_new_tokens", hf.HORIZON),
@@ -286,13 +282,14 @@ def coin_edge(num_samples: int = 20, *, name: str = "min_p", seed: int = 0, pair
     if name not in cases:
         raise ValueError(f"name must be one of {sorted(cases)}, got {name!r}")
     case, (target, draft) = cases[name], surface_pair() if pair is None else pair
-    law = plain_law(target, case.prompt, **case.kwargs)
+    law = hf.generate_law(target, case.prompt, sampling_config(**case.kwargs))
     with zero_coins():
         samples = sample_generate(target, check_int("num_samples", num_samples, minimum=1),
                                   torch.Generator().manual_seed(seed), prompt=case.prompt, method="assisted",
                                   draft=draft, block=case.block, **case.kwargs)
     bad = [s.tokens for s in samples if s.tokens not in law.law]
     p1 = law.scores[()].double().softmax(-1)  # (V,) the target's first-position law
-    q1 = plain_law(draft, case.prompt, **case.kwargs).scores[()].double().softmax(-1)  # (V,) the draft's
+    q1 = hf.generate_law(draft, case.prompt, sampling_config(**case.kwargs)).scores[()]  # (V,) the draft's scores
+    q1 = q1.double().softmax(-1)  # (V,) the draft's first-position law
     return CoinEdge(name, len(samples), len(bad) / len(samples), bad[0] if bad else None,
                     COIN_RESOLUTION * q1[p1 == 0].sum().item())

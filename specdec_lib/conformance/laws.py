@@ -8,7 +8,7 @@ the kit compares; any exact rule passes (match acceptance too), any inexact one 
 
 A verifier's rule is a `DecoderSpec` (markov/spec.py), read for one block by `block_rule`; what each of its
 choices means (the acceptance probability, the residual, the reused uniform, the bonus) is markov/semantics.py's,
-and `block_law` walks the branches exactly as markov/exact.py walks a decoder's:
+and `committed_block_law` walks the branches exactly as markov/exact.py walks a decoder's:
 
   propose y from q_j:                 q_j(y)
   accept it:                          a = semantics' acceptance probability of y (min(1, p(y) / q(y)) if correct)
@@ -28,8 +28,8 @@ from ..markov import semantics  # semantics.block_law: a block verifier's round 
 from ..markov.semantics import acceptance, bonus_row, rejection_law
 from ..markov.spec import DecoderSpec
 
-__all__ = ["Law", "block_rule", "judge_rows", "ratio_rows", "bonus_rows", "block_law", "mean_accepted", "complete",
-           "target_law"]
+__all__ = ["Law", "block_rule", "judge_rows", "ratio_rows", "bonus_rows", "committed_block_law", "mean_accepted",
+           "complete", "target_law"]
 
 Law = dict[tuple[int, ...], float]  # committed tokens -> probability
 
@@ -109,7 +109,7 @@ def _joint_law(spec: DecoderSpec, P: torch.Tensor, Q: torch.Tensor) -> Law:
     return law
 
 
-def block_law(spec: DecoderSpec, p_rows: torch.Tensor, q_rows: torch.Tensor) -> Law:
+def committed_block_law(spec: DecoderSpec, p_rows: torch.Tensor, q_rows: torch.Tensor) -> Law:
     """Exact law of the committed tokens of one block, proposals y_j ~ q_j (rows taken in float64, renormalised)."""
     spec = block_rule(spec)
     P, Q = _rows(p_rows), _rows(q_rows)  # (k+1, V) (k, V)

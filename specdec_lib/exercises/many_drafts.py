@@ -15,7 +15,7 @@ from ._report import DELTA, Grade, Stop, call, law_verdict, run
 __all__ = ["grade_rrs_step", "grade_best_widths"]
 
 
-def f64(x) -> torch.Tensor:
+def _f64(x) -> torch.Tensor:
     x = torch.as_tensor(x, dtype=torch.float64)
     return x / x.sum()
 
@@ -23,9 +23,10 @@ def f64(x) -> torch.Tensor:
 # (label, p, q, n, steps). Case 1: each known mistake's law lies at least 0.206 from rrs's, more than twice the noise
 # bound of 6,000 steps (0.043 at delta 5e-7), so a mistake fails and is named. Case 2 exhausts q's support (two drafts
 # for n = 3); its nearest caught mistake lies 0.161 away, twice the bound of 4,000 steps (0.055) and more.
-RRS_CASES = [("p = [0.05, 0.45, 0.5], q = [0.9, 0.1, 0], n = 2", f64([0.05, 0.45, 0.5]), f64([0.9, 0.1, 0.0]), 2, 6000),
+RRS_CASES = [("p = [0.05, 0.45, 0.5], q = [0.9, 0.1, 0], n = 2",
+              _f64([0.05, 0.45, 0.5]), _f64([0.9, 0.1, 0.0]), 2, 6000),
              ("p = [0.4, 0.3, 0.2, 0.1], q = [0, 0.5, 0.5, 0], n = 3 (q has two tokens: two drafts)",
-              f64([0.4, 0.3, 0.2, 0.1]), f64([0.0, 0.5, 0.5, 0.0]), 3, 4000)]
+              _f64([0.4, 0.3, 0.2, 0.1]), _f64([0.0, 0.5, 0.5, 0.0]), 3, 4000)]
 RRS_MISTAKES = {  # name: (the verifier that makes the mistake, what it is in words)
     "original_q": (Stages("without_replacement", ratio="q", residual="q"),
                    "every stage divides by and subtracts the original q; "
@@ -57,7 +58,7 @@ def grade_rrs_step(rrs_step, *, raise_on_failure: bool = True, verbose: bool = T
     """Exercise 6.1: rrs_step(p, q, drafts, generator) -> the token one rrs step emits for drafts drawn without
     replacement from q."""
     def body(fn, report):
-        p, q = f64([0.6, 0.3, 0.1]), f64([0.2, 0.3, 0.5])
+        p, q = _f64([0.6, 0.3, 0.1]), _f64([0.2, 0.3, 0.5])
         on = "p = [0.6, 0.3, 0.1], q = [0.2, 0.3, 0.5], drafts [0, 2]"
         got = [_token(call(fn, p, q, torch.tensor([0, 2]), torch.Generator().manual_seed(s), on=on), 3, on)
                for s in range(20)]

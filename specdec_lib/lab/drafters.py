@@ -16,7 +16,7 @@ import torch
 
 from .._checks import check_int
 from .ngram import NGramTable, SparseNGramTable
-from .steps import pick, prefill
+from .steps import prefill, sample_token
 
 __all__ = ["draft_block", "NeuralDraft", "OneHotDraft", "TableDraft", "PromptLookupDraft", "as_drafter", "start_states"]
 
@@ -28,7 +28,7 @@ def draft_block(draft, cache, x: torch.Tensor, k: int, *, temperature: float, to
     """
     proposals, q_rows = [], []
     for _ in range(k):
-        x, q = pick(draft(x[None], cache)[0, -1], temperature, top_k, generator)  # (1,), (V,) or None
+        x, q = sample_token(draft(x[None], cache)[0, -1], temperature, top_k, generator)  # (1,), (V,) or None
         proposals.append(x)
         q_rows.append(q)
     return torch.cat(proposals), (None if temperature == 0.0 else torch.stack(q_rows))

@@ -32,7 +32,7 @@ from torch import nn
 from .._checks import check_int
 from .early_exit import run_layers
 from .features import FeatureCache, FeatureTarget, check_feature_cache
-from .steps import pick
+from .steps import sample_token
 from .transformer import CachedBlock, CachedLM, KVCache, LMConfig
 
 __all__ = ["EagleDraft", "EagleState", "EagleDrafter", "eagle", "eagle_config"]
@@ -145,7 +145,7 @@ class EagleDrafter:
         state.true_rows = n - 1
         proposals, q_rows = [], []
         for j in range(k):
-            x, q = pick(self.model.head(f_hat), temperature, top_k, generator)  # (1,), (V,) or None
+            x, q = sample_token(self.model.head(f_hat), temperature, top_k, generator)  # (1,), (V,) or None
             proposals.append(x)
             q_rows.append(q)
             if j < k - 1:  # row n-1+j: the predicted feature and the proposal it just made

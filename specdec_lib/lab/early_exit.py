@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from .._checks import check_int, check_token_ids
-from .steps import pick
+from .steps import sample_token
 from .transformer import CachedLM, KVCache
 
 __all__ = ["SharedCache", "EarlyExitTarget", "EarlyExitDraft", "early_exit", "exit_logits"]
@@ -189,7 +189,7 @@ class EarlyExitDraft:
         x, proposals, q_rows = seq[state.low:n], [], []
         for _ in range(k):
             h = _lower(self.layers, state, x[None], state.low)  # (1, T, C)
-            x, q = pick(self.head(h[0, -1]), temperature, top_k, generator)  # (1,), (V,) or None
+            x, q = sample_token(self.head(h[0, -1]), temperature, top_k, generator)  # (1,), (V,) or None
             proposals.append(x)
             q_rows.append(q)
         return torch.cat(proposals), (None if temperature == 0.0 else torch.stack(q_rows))

@@ -20,7 +20,7 @@ from ..policy import apply_policy
 from ..telemetry import SpecDecodeLog
 from .accept import accept_block
 from .drafters import as_drafter, draft_block, start_states
-from .steps import GREEDY, Decoding, check_policy, pick, prefill, sync
+from .steps import GREEDY, Decoding, check_policy, prefill, sample_token, sync
 
 __all__ = ["Decoding", "GREEDY", "check_policy", "check_prompt", "check_log", "check_decoding", "decode_step",
            "draft_block", "exact_continuations", "generate_plain", "generate_speculative", "prefill", "sync",
@@ -38,7 +38,7 @@ def check_prompt(prompt, model, n_new: int, extra: int = 0) -> torch.Tensor:
 
 def decode_step(model, cache, last: torch.Tensor, *, temperature: float, top_k, generator) -> torch.Tensor:
     """One plain decode step (T_1): feed the last token (1,), return the next one (1,) under the policy."""
-    return pick(model(last[None], cache)[0, -1], temperature, top_k, generator)[0]
+    return sample_token(model(last[None], cache)[0, -1], temperature, top_k, generator)[0]
 
 
 def verify_round(target, t_cache, d_state, block: torch.Tensor, q_rows, *, n: int, decoding: Decoding,

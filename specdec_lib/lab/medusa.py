@@ -23,7 +23,7 @@ from torch import nn
 from .._checks import check_int
 from ..multidraft_draws import draw_drafts
 from .features import FeatureCache, FeatureTarget, check_feature_cache
-from .steps import pick, policy_probs
+from .steps import policy_probs, sample_token
 from .transformer import CachedLM
 from .tree_attention import tree_from_widths
 from .tree_decoding import DraftTree
@@ -95,7 +95,7 @@ class MedusaDraft:
         if k > self.heads.num_heads:
             raise ValueError(f"k must be at most the number of heads ({self.heads.num_heads}), got {k}")
         logits = self._logits(state, n)[:k]  # (k, V)
-        picks = [pick(row, temperature, top_k, generator) for row in logits]
+        picks = [sample_token(row, temperature, top_k, generator) for row in logits]
         proposals = torch.cat([x for x, _ in picks])  # (k,)
         return proposals, (None if temperature == 0.0 else torch.stack([q for _, q in picks]))
 

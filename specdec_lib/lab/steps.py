@@ -8,7 +8,7 @@ import torch
 from .._checks import check_choice, check_generator, check_int, check_real
 from ..verification import METHODS
 
-__all__ = ["Decoding", "GREEDY", "check_policy", "check_verifier", "policy_probs", "pick", "prefill", "sync"]
+__all__ = ["Decoding", "GREEDY", "check_policy", "check_verifier", "policy_probs", "sample_token", "prefill", "sync"]
 
 
 def check_policy(temperature, top_k) -> tuple[float, int | None]:
@@ -55,8 +55,9 @@ def policy_probs(logits: torch.Tensor, temperature: float, top_k) -> torch.Tenso
     return torch.softmax(z, dim=-1)  # (..., V)
 
 
-def pick(logits: torch.Tensor, temperature: float, top_k, generator) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(token (1,), its distribution (V,) or None when greedy) from one row of logits (V,)."""
+def sample_token(logits: torch.Tensor, temperature: float, top_k,
+                 generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(token (1,), the policy's law (V,) it is drawn from, or None when greedy: the argmax) from logits (V,)."""
     if temperature == 0.0:
         return logits.argmax(-1, keepdim=True), None
     probs = policy_probs(logits, temperature, top_k)  # (V,)

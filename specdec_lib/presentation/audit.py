@@ -17,7 +17,7 @@ from ..conformance import (
     VerifierReport,
     audit_verifier,
     battery,
-    block_law,
+    committed_block_law,
     complete,
     known_verifiers,
     power,
@@ -53,7 +53,7 @@ def bug_tvs(case: str = "post_pair") -> dict[str, float]:
     """Every known verifier's exact TV from the target on one case (completed laws, no sampling)."""
     c = _case(case)
     want = target_law(c.p_rows)
-    return {kv.name: total_variation(complete(block_law(kv.spec, c.p_rows, c.q_rows), c.p_rows), want)
+    return {kv.name: total_variation(complete(committed_block_law(kv.spec, c.p_rows, c.q_rows), c.p_rows), want)
             for kv in known_verifiers()}
 
 

@@ -94,7 +94,7 @@ def test_the_oracle_is_plain_sampling(pair):
 def test_a_zero_coin_keeps_a_banned_token(pair):
     # found: `r_i <= probability_ratio` with r_i == 0 accepts a drafted token of target probability 0
     edge = hs.coin_edge(20, pair=pair)
-    law = hs.plain_law(pair[0], hs.PROMPT, temperature=2.0, min_p=0.3).law
+    law = hf.generate_law(pair[0], hs.PROMPT, hs.sampling_config(temperature=2.0, min_p=0.3)).law
     assert edge.outside >= 0.25 and edge.example not in law
     assert math.isclose(edge.tv_first, 6.393e-9, rel_tol=1e-3)  # 2^-24 * 0.1073: the draft's mass outside min_p
     # control: with bad_words_ids both models ban the same tokens, so no drafted token has p = 0
@@ -148,10 +148,10 @@ def test_the_bridge_maps_settings_to_the_same_law(pair):
     for kw in SINGLE:
         s = surface.Settings(**{"max_new_tokens": 3, **kw})
         ours = surface.plain_law(model, hs.PROMPT, s)
-        theirs = hs.plain_law(target, hs.PROMPT, **hf.generation_kwargs(s)).law
+        theirs = hf.generate_law(target, hs.PROMPT, hs.sampling_config(**hf.generation_kwargs(s))).law
         assert surface.law_tv(ours, theirs) < 1e-6, kw
     s = surface.Settings(max_new_tokens=3, eos=0, min_p=0.3, temperature=2.0)
-    law = hs.plain_law(target, hs.PROMPT, **hf.generation_kwargs(s))
+    law = hf.generate_law(target, hs.PROMPT, hs.sampling_config(**hf.generation_kwargs(s)))
     g = torch.Generator().manual_seed(0)
     for method in hs.SPECULATIVE:
         tokens, logprobs, stop = hf.generate_sample(target, draft, hs.PROMPT, s, 2, g, method=method)

@@ -17,7 +17,7 @@ from specdec_lib.conformance import (
     audit_drafter,
     audit_verifier,
     battery,
-    block_law,
+    committed_block_law,
     complete,
     known_verifiers,
     power,
@@ -44,7 +44,7 @@ def test_exact_laws_are_laws_and_exact_rules_complete_to_the_target():
     for kv in known_verifiers():
         tvs = []
         for case in battery():
-            law = block_law(kv.spec, case.p_rows, case.q_rows)
+            law = committed_block_law(kv.spec, case.p_rows, case.q_rows)
             assert abs(sum(law.values()) - 1) < 1e-12
             tvs.append(sd.total_variation(complete(law, case.p_rows), target_law(case.p_rows)))
         assert (max(tvs) < 1e-12) == kv.exact, (kv.name, tvs)
@@ -53,8 +53,8 @@ def test_exact_laws_are_laws_and_exact_rules_complete_to_the_target():
 @pytest.mark.parametrize("kv", BUGS, ids=lambda kv: kv.name)
 def test_every_bug_is_far_enough_off_to_be_caught(kv):
     # the power promise covers TV >= epsilon on some case; each bug clears it with room (the smallest is 0.1998)
-    worst = max(sd.total_variation(complete(block_law(kv.spec, c.p_rows, c.q_rows), c.p_rows), target_law(c.p_rows))
-                for c in battery())
+    worst = max(sd.total_variation(complete(committed_block_law(kv.spec, c.p_rows, c.q_rows), c.p_rows),
+                                   target_law(c.p_rows)) for c in battery())
     assert worst >= 0.19 > power(battery()[0], cases=len(battery())).detectable
 
 
@@ -70,12 +70,12 @@ def test_every_bug_fails_the_kit_and_is_named(kv):
 @pytest.mark.stat
 @pytest.mark.parametrize("kv", known_verifiers(), ids=lambda kv: kv.name)
 def test_each_sampler_lands_on_its_own_exact_law(kv):
-    # the samplers and block_law are independent code: each sampler's completed law is within the noise bound of
-    # its rule's law (the bound is sd.tv_noise_bound, so a correct pairing fails with probability < 1e-6)
+    # the samplers and committed_block_law are independent code: each sampler's completed law is within the noise
+    # bound of its rule's law (the bound is sd.tv_noise_bound, so a correct pairing fails with probability < 1e-6)
     g = torch.Generator().manual_seed(1)
     for case in battery():
         n = 4000
-        exact = complete(block_law(kv.spec, case.p_rows, case.q_rows), case.p_rows)
+        exact = complete(committed_block_law(kv.spec, case.p_rows, case.q_rows), case.p_rows)
         assert sd.total_variation(sampled_law(kv.verify, case, n, g), exact) <= sd.tv_noise_bound(exact, n)
 
 

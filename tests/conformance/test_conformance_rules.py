@@ -1,6 +1,6 @@
 """The kit's rules are DecoderSpec values read for one block: validation of that reading, the registry's specs by
 name, and every known verifier's exact block law pinned to the numbers the kit computed before its rules became
-specs (fingerprints of each law, recorded from the former `Rule`-based block_law, compared to 1e-12)."""
+specs (fingerprints of each law, recorded from the former `Rule`-based law, compared to 1e-12)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +14,8 @@ from specdec_lib.conformance import (
     BLOCK_VERIFIERS,
     FIELD_GUIDE,
     battery,
-    block_law,
     block_rule,
+    committed_block_law,
     complete,
     known_verifiers,
     rule_verifier,
@@ -138,7 +138,7 @@ NEW_CASES = {"block_gain"}
 
 
 def test_every_known_law_is_unchanged_from_the_rule_based_kit():
-    laws = {(kv.name, c.name): (block_law(kv.spec, c.p_rows, c.q_rows), c) for kv in known_verifiers()
+    laws = {(kv.name, c.name): (committed_block_law(kv.spec, c.p_rows, c.q_rows), c) for kv in known_verifiers()
             for c in battery()}
     old = {key for key in laws if key[0] not in BLOCK_VERIFIERS and key[1] not in NEW_CASES}
     assert old == {(name, case) for name, case, *_ in BEFORE} and len(old) == 12 * 8
@@ -172,7 +172,7 @@ def test_a_spec_a_one_block_verifier_cannot_follow_raises_naming_the_field(chang
         rule_verifier(spec)
     c = battery()[0]
     with pytest.raises(ValueError, match=f"DecoderSpec.{field}="):
-        block_law(spec, c.p_rows, c.q_rows)
+        committed_block_law(spec, c.p_rows, c.q_rows)
 
 
 def test_typos_and_non_specs_raise():
@@ -188,9 +188,10 @@ def test_mismatched_q_reads_the_wrong_slots_draft_row():
     """ratio="Q_bad" in one block: proposal j is judged with q_{j-1} (q_k for the first), proposals still from q_j."""
     c = next(c for c in battery() if c.name == "positions_differ")
     rolled = dataclasses.replace(c, q_rows=c.q_rows.roll(1, dims=0))
-    bug = block_law(MODES["mismatched_q"].spec, c.p_rows, c.q_rows)
-    assert bug != block_law(DecoderSpec(), c.p_rows, c.q_rows)
-    assert block_law(DecoderSpec(), rolled.p_rows, rolled.q_rows) != bug  # the proposals' own law is not rolled
+    bug = committed_block_law(MODES["mismatched_q"].spec, c.p_rows, c.q_rows)
+    assert bug != committed_block_law(DecoderSpec(), c.p_rows, c.q_rows)
+    # the proposals' own law is not rolled
+    assert committed_block_law(DecoderSpec(), rolled.p_rows, rolled.q_rows) != bug
 
 
 def test_a_new_spec_value_reaches_the_kit_through_semantics():
@@ -199,7 +200,7 @@ def test_a_new_spec_value_reaches_the_kit_through_semantics():
     spec = MODES["typical_acceptance"].spec
     g = torch.Generator().manual_seed(2)
     for case in battery():
-        law = block_law(spec, case.p_rows, case.q_rows)
+        law = committed_block_law(spec, case.p_rows, case.q_rows)
         assert abs(sum(law.values()) - 1) < 1e-12
         n = 4000
         exact = complete(law, case.p_rows)

@@ -91,10 +91,10 @@ def test_position_keys_are_harmless_for_the_token_rule_and_biased_for_block_veri
 
 
 def test_grid_law_converges_to_the_exact_law():
-    # the kit's own exact engine (laws.block_law) against the grid law on a fine grid: within 1/m per coin
+    # the kit's own exact engine (laws.committed_block_law) against the grid law on a fine grid: within 1/m per coin
     for case in rand_cases():
         for method in ("token", "block"):
-            exact = laws.block_law(DecoderSpec(verifier=method), case.p, case.q)
+            exact = laws.committed_block_law(DecoderSpec(verifier=method), case.p, case.q)
             fine = grid_law(case, method, 1024)
             tv = 0.5 * sum(abs(exact.get(s, 0.0) - fine.get(s, 0.0)) for s in set(exact) | set(fine))
             assert tv < 3 * 3 / 1024, (case.name, method, tv)

@@ -31,7 +31,7 @@ def test_every_suspect_is_wrong_or_exact_as_its_law_says():
     known = {kv.name: kv for kv in kit.known_verifiers()}
     for name, answer in audit.ANSWERS.items():  # the exact law of the bug each suspect is named after
         spec = known[answer].spec
-        worst = max(sd.total_variation(kit.complete(kit.block_law(spec, c.p_rows, c.q_rows), c.p_rows),
+        worst = max(sd.total_variation(kit.complete(kit.committed_block_law(spec, c.p_rows, c.q_rows), c.p_rows),
                                        kit.target_law(c.p_rows)) for c in kit.battery())
         assert (worst < 1e-12) == (answer == "correct"), name
     # two of the answers are exact yet differ from the textbook rule: D keeps a proposal only on a match

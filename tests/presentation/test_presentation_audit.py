@@ -12,7 +12,7 @@ from specdec_lib.conformance import (
     EPSILON,
     audit_verifier,
     battery,
-    block_law,
+    committed_block_law,
     complete,
     known_verifiers,
     power,
@@ -122,7 +122,7 @@ def test_figures_build(name):
     cases = list(battery())
 
     def exact_tv(spec, case):
-        return float(sd.total_variation(complete(block_law(spec, case.p_rows, case.q_rows), case.p_rows),
+        return float(sd.total_variation(complete(committed_block_law(spec, case.p_rows, case.q_rows), case.p_rows),
                                         target_law(case.p_rows)))
 
     bug = next(kv for kv in known_verifiers() if kv.name == "softmax_residual")
