@@ -8,7 +8,7 @@ and the block-versus-incremental numerics. Writes the recording (specdec_lib/dat
 notebook 05b reads. One thread, as the course's clock runs everywhere; the machine should be quiet.
 --repeats R (default 3) runs every greedy float32 configuration R times, in R whole passes (a slow spell of the
 machine lands on different configurations in different passes); each run records every repeat's terms, E[N] and
-speedups, the medians and the [min, max] ranges (lab/real_terms.py). With the defaults (3 repeats of 48 tokens)
+speedups, the medians and the [min, max] ranges (lab/recorded_terms.py). With the defaults (3 repeats of 48 tokens)
 the whole recording is estimated at about 85 minutes on the 2-core VM, from the phases of the 2 December 2026
 recording (one run of 64 tokens per configuration: 69 minutes).
 --tiny runs the same code on tiny random Qwen2 models (seconds; the schema, not the numbers, is what it shows).
@@ -33,9 +33,9 @@ from specdec_lib.lab.generation import Decoding
 from specdec_lib.lab.hf_causal_lm import set_matmul, tiny_hf_model
 from specdec_lib.lab.numerics import block_vs_incremental
 from specdec_lib.lab.real_measure import combine_repeats, decode_plain, hf_generate, measure_run
-from specdec_lib.lab.real_recording import load_real_recording
 from specdec_lib.lab.real_tasks import TASKS, task_prompt, tiny_task_prompt, token_table
-from specdec_lib.lab.real_terms import repeats_table
+from specdec_lib.lab.recorded_terms import repeats_table
+from specdec_lib.lab.recordings import SCHEMAS, load_recording
 
 OUT = pathlib.Path(__file__).resolve().parents[1] / "specdec_lib" / "data" / "real_pair_reference.json"
 KS = {"model": 4, "lookup": 6, "table": 4}  # the k each draft runs at (the issue's probe: draft 4, lookup 6)
@@ -199,8 +199,8 @@ def main(argv=None) -> int:
                "loadavg_after": list(os.getloadavg()),
                "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                "seconds": round(time.time() - t0, 1)}
-    recording = {"schema": 2, "machine": machine, "models": lab.manifests, "prompts": lengths, "runs": rows,
-                 "c_v_curve": curve, "hf": hf, "numerics": nums, "tiny": a.tiny}
+    recording = {"schema": SCHEMAS["measure-real"], "machine": machine, "models": lab.manifests, "prompts": lengths,
+                 "runs": rows, "c_v_curve": curve, "hf": hf, "numerics": nums, "tiny": a.tiny}
     _write(a.json, recording)
     a.json.with_suffix(".partial.json").unlink(missing_ok=True)
     for r in rows:
@@ -208,7 +208,7 @@ def main(argv=None) -> int:
               f"c_d {r['c_d']:.3f} c_v {r['c_v']:.2f} E[N] {r['e_n']:.2f} pred {r['predicted']:.2f} "
               f"meas {r['measured']:.2f} exact {r['equal_to_plain']} div {r['first_divergence']}")
     if a.repeats > 1:  # read back through the recording's reader, which checks every median and range
-        print(repeats_table(load_real_recording(a.json).runs))
+        print(repeats_table(load_recording("measure-real", a.json).runs))
     for h in hf:
         print(f"HF {h['task']:>5} {h['mode']:>9} k={h['k']}: HF {h['hf_speedup']:.2f}x, ours {h['ours_speedup']:.2f}x, "
               f"ours/HF {h['ours_over_hf']:.2f}, equal {h['equal_to_plain']}")

@@ -6,9 +6,9 @@ shared with the target (sd.lab.early_exit: verification runs the lower layers on
 a separate NeuralDraft with a cache of its own (early_exit_lm: verification runs every layer on every position);
 measure_run gives c_d, c_v, E[N], alpha, the predicted and the measured speedup and greedy equality with plain
 decoding. Lookahead at (W, N, G) = (4, 3, 4) goes through measure_trees, and one more greedy decode is compared
-with plain. --json writes the run as sd.lab.load_real_self_recording reads it (with the model's manifest: every
-file's size, sha256, source and licence); `make measure-real-self` writes the committed one. --tiny runs the same
-code on a tiny random Qwen2 model (no download).
+with plain. --json writes the run as sd.lab.load_recording("measure-real-self", path) reads it (with the model's
+manifest: every file's size, sha256, source and licence); `make measure-real-self` writes the committed one. --tiny
+runs the same code on a tiny random Qwen2 model (no download).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from specdec_lib.lab.generation import Decoding
 from specdec_lib.lab.hf_causal_lm import early_exit_lm, set_matmul, tiny_hf_model
 from specdec_lib.lab.measure import MeasurePlan
 from specdec_lib.lab.real_measure import decode_plain, measure_run
-from specdec_lib.lab.real_self_recording import SCHEMA
 from specdec_lib.lab.real_tasks import task_prompt, tiny_task_prompt
+from specdec_lib.lab.recordings import SCHEMAS
 
 TASKS = ("code", "edit")
 EXITS = (7, 14)  # of 28 layers
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                    "matmul": "default" if args.tiny else "onednn", "seconds": seconds,
                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         args.json.write_text(json.dumps({
-            "schema": SCHEMA, "machine": machine, "models": manifests,
+            "schema": SCHEMAS["measure-real-self"], "machine": machine, "models": manifests,
             "prompts": {t: int(p.numel()) for t, p in prompts.items()}, "n_new": args.n_new,
             "exits": exit_rows, "lookahead": lookahead_rows, "tiny": args.tiny}, indent=1) + "\n")
     return 0

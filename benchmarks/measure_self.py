@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 import specdec_lib as sd
 from specdec_lib.lab.measure import MeasurePlan
+from specdec_lib.lab.recordings import SCHEMAS
 
 CHAINS = {"target": ("exit1", "exit2", "exit3", "medusa", "eagle", "draft", "draft_deep", "lookup"),
           "target_ee": ("exit1", "exit2", "exit3")}
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     machine.update(load_after=load(), seconds=round(time.perf_counter() - t0, 1))
     print(f"took {machine['seconds']:.0f}s; load average after: {machine['load_after']}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"chains": chains, "trees": trees, "machine": machine}, indent=1))
+        args.json.write_text(json.dumps({"schema": SCHEMAS["measure-self"], "chains": chains, "trees": trees,
+                                         "machine": machine}, indent=1))
         print(f"wrote {args.json}")
     return 0
 

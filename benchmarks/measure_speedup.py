@@ -31,6 +31,7 @@ from tqdm import tqdm
 import specdec_lib as sd
 from specdec_lib.accounting import alpha_from_tokens
 from specdec_lib.lab.batch_cost import BatchCost, batch_cost
+from specdec_lib.lab.recordings import SCHEMAS
 
 DEFAULT_DRAFTS = ("draft", "draft_deep", "table", "lookup")  # what `make measure` records
 EXITS = ("exit1", "exit2", "exit3")  # early exit: the target's first 1, 2 or 3 of its 4 layers (sd.lab.early_exit)
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{batch}\n(alpha from E[N({best.ks[i]})] of draft {best.draft}, its c_d at that k)")
     print(f"took {time.perf_counter() - t0:.0f}s; load average after: {load()}")
     if args.json is not None:
-        args.json.write_text(json.dumps({"tables": [dataclasses.asdict(t) for t in tables],
+        tables_json = [dataclasses.asdict(t) for t in tables]
+        args.json.write_text(json.dumps({"schema": SCHEMAS["measure"], "tables": tables_json,
                                          "batch": dataclasses.asdict(batch)}, indent=1))
     print("\n".join(block_lines(tables)))
     print("\n".join(final_lines(tables, batch)))

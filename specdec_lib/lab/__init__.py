@@ -9,10 +9,9 @@ drafters     what proposes: the neural drafts, a byte n-gram table (ngram), prom
 steps        the phases of a round (draft, verify, roll back)
 accept       the lab's fast acceptance test: the token rule or block verification (verify_blocks' draws)
 measure      the cost terms, timed, and the predicted speedup against the measured one
-recording    the recorded `make measure` run (specdec_lib/data/measure_reference.json), read in one place
-real_recording  the recorded `make measure-real` run on a pretrained pair (data/real_pair_reference.json)
-real_terms   what its terms say: repeats' medians and ranges, T_1 outliers, the weights a step reads, rounds
-real_self_recording  drafts from the real target itself, recorded (data/real_self_reference.json)
+schema       the one schema-checked reader: a JSON file into a dataclass, every field checked by name and type
+recordings   the four recorded runs (`make measure`, `measure-self`, `measure-real`, `measure-real-self`), read once
+recorded_terms  what their terms say: ranges and rankings within the noise, T_1 outliers, what a step reads, rounds
 batch_cost   one target pass over B x (k + 1) positions: c_v(k; B) and the best k per batch size
 tree_attention  Act V: a draft tree scored in one target pass (ancestor mask, per-node positions)
 early_exit   self-speculation: the target's first L layers and an exit head draft, one shared cache (lab or HF)
@@ -40,10 +39,7 @@ from .lookahead import LookaheadDraft
 from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
 from .medusa import MedusaDraft, MedusaHeads, medusa
 from .ngram import NGramTable, SparseNGramTable, build_ngram, build_sparse_ngram, corpus_table
-from .real_recording import RealRecording, RealRun, load_real_recording, real_recorded
-from .real_self_recording import RealSelfRecording, load_real_self_recording, real_self_recorded
-from .recording import Recording, load_recording, recorded
-from .self_recording import SelfRecording, load_self_recording, self_recorded, split_best_k
+from .recordings import load_recording, recorded
 from .transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
 from .tree_attention import (
     FlatTree,
@@ -63,14 +59,11 @@ __all__ = [
     "CachedLM", "KVCache", "LMConfig", "TinyCausalLM", "n_params", "load_pair", "load_draft", "corpus_prompts",
     "incremental_scores", "block_scores", "alignment_report", "AlignmentReport", "alignment_tv", "accept_block",
     "generate_plain", "generate_speculative", "exact_continuations", "time_terms", "time_catch_up",
-    "measure_speedup", "SpeedupTable", "Recording", "load_recording", "recorded", "LinearCost", "NeuralDraft",
+    "measure_speedup", "SpeedupTable", "load_recording", "recorded", "LinearCost", "NeuralDraft",
     "TableDraft", "PromptLookupDraft", "NGramTable", "build_ngram", "corpus_table", "FlatTree", "tree_from_widths",
     "tree_mask", "tree_positions", "tree_scores", "path_scores", "tree_alignment_report", "TreeAlignmentReport",
-    "HFCausalLM", "set_matmul", "tiny_hf_model", "SparseNGramTable", "build_sparse_ngram",
-    "RealRecording", "RealRun", "load_real_recording", "real_recorded", "early_exit", "EarlyExitTarget",
-    "EarlyExitDraft", "SharedCache", "exit_logits", "load_target", "FeatureCache", "FeatureTarget", "MedusaDraft",
-    "MedusaHeads", "medusa", "load_heads", "TREE_RULES", "DraftTree", "generate_tree", "LookaheadDraft",
-    "TreeTable", "measure_trees", "time_tree_terms", "EagleDraft", "EagleDrafter", "eagle", "SelfRecording",
-    "load_self_recording", "self_recorded", "split_best_k", "RealSelfRecording", "load_real_self_recording",
-    "real_self_recorded",
+    "HFCausalLM", "set_matmul", "tiny_hf_model", "SparseNGramTable", "build_sparse_ngram", "early_exit",
+    "EarlyExitTarget", "EarlyExitDraft", "SharedCache", "exit_logits", "load_target", "FeatureCache", "FeatureTarget",
+    "MedusaDraft", "MedusaHeads", "medusa", "load_heads", "TREE_RULES", "DraftTree", "generate_tree", "LookaheadDraft",
+    "TreeTable", "measure_trees", "time_tree_terms", "EagleDraft", "EagleDrafter", "eagle",
 ]

@@ -8,7 +8,8 @@ Greedy runs are also checked token for token against the plain run. hf_generate 
 (plain, assisted by a draft model, or prompt lookup) for the side-by-side ratio: its seconds per token after the
 first step (a streamer reads the clock), against ours by the round timers; both leave the prefill out.
 combine_repeats folds repeats of one configuration into one result: the medians, the prediction from the median
-terms, and each repeat's own terms (real_terms.summarise_repeats), as `make measure-real --repeats R` records them.
+terms, and each repeat's own terms (recorded_terms.summarise_repeats), as `make measure-real --repeats R` records
+them.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ..cost import cost_equation
 from ..telemetry import SpecDecodeLog
 from .generation import Decoding, generate_plain, generate_speculative
 from .measure import time_terms
-from .real_terms import RunRepeat, summarise_repeats
+from .recorded_terms import RunRepeat, summarise_repeats
 
 __all__ = ["DRAFT_KINDS", "HF_MODES", "Decoded", "RunResult", "decode_plain", "measure_run", "combine_repeats",
            "first_divergence", "hf_generate"]

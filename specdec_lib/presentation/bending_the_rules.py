@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 from .._checks import check_choice, check_int, check_real
-from ..lab.recording import recorded
+from ..lab.recordings import recorded
 from ..markov.adaptive import optimal_stopping, policy_speedup
 from ..markov.chain import reference_chain
 from ..markov.draft_rules import typical_threshold
@@ -257,7 +257,7 @@ def plot_lookup(rows=None):
 
 def lab_drafts(names=("table", "lookup")) -> dict:
     """{draft: SpeedupTable} of the lab's recorded `make measure` run (notebook 05) for the named drafts."""
-    recording = recorded()
+    recording = recorded("measure")
     return {name: recording.table(name) for name in names}
 
 

@@ -14,7 +14,7 @@ from .. import cost
 from .._checks import check_int, check_real
 from ..accounting import expected_tokens
 from ..lab.batch_cost import LinearCost
-from ..lab.recording import recorded
+from ..lab.recordings import recorded
 from .style import COLORS, new_figure
 from .widgets import explorer
 
@@ -231,8 +231,8 @@ def cost_explorer(*, alpha: float = 0.8, k: int = 8, c_d: float = 0.15, c_v: flo
 
 
 def _recorded_batch():
-    """The batch regime of the lab's recorded `make measure` run (lab.recording.recorded())."""
-    return recorded().batch
+    """The batch regime of the lab's recorded `make measure` run (lab.recordings.recorded("measure"))."""
+    return recorded("measure").batch
 
 
 FIGURES = {

@@ -1,14 +1,14 @@
 """Notebook 09 figures: drafts from the target itself beside the lab's separate drafts on the (c_d, alpha) plane,
 early exit by exit layer, Medusa's heads by how many are used, and lookahead's settings.
 
-Everything is read off a SelfRecording (lab/self_recording.py: `make measure-self`'s JSON, the committed one by
+Everything is read off a SelfRecording (lab/recordings.py: `make measure-self`'s JSON, the committed one by
 default); nothing here times or computes a number the notebook asserts on.
 """
 from __future__ import annotations
 
 from .._checks import check_choice, check_int
 from ..accounting import alpha_from_tokens
-from ..lab.self_recording import SelfRecording, self_recorded
+from ..lab.recordings import SelfRecording, recorded
 from .style import COLORS, new_figure
 from .widgets import explorer
 
@@ -29,7 +29,7 @@ TARGETS = {"target": "the trained target", "target_ee": "its early-exit fine-tun
 
 
 def _rec(recording: SelfRecording | None) -> SelfRecording:
-    return self_recorded() if recording is None else recording
+    return recorded("measure-self") if recording is None else recording
 
 
 def plane_points(recording: SelfRecording | None = None, *, temperature: float = 1.0) -> list[dict]:

@@ -1,8 +1,8 @@
 """Lab figures: the cost equation beside the clock for every draft, the (c_d, alpha) plane, a what-if panel.
 
-The plots read a Recording: every SpeedupTable and the batch fit of one `make measure` run, written by
+The plots read a MeasureRecording: every SpeedupTable and the batch fit of one `make measure` run, written by
 `benchmarks/measure_speedup.py --json`, committed as specdec_lib/data/measure_reference.json and read by
-lab/recording.py (RECORDED), so figures and notebooks print the same numbers on every machine and never time
+lab/recordings.py (RECORDED), so figures and notebooks print the same numbers on every machine and never time
 anything.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..cost import speedup
 from ..lab.drafters import as_drafter
 from ..lab.generation import GREEDY, generate_plain, verify_round
 from ..lab.measure import SpeedupTable
-from ..lab.recording import Recording, recorded
+from ..lab.recordings import MeasureRecording, recorded
 from ..lab.transformer import KVCache
 from .cost_model import plot_speedup_heatmap
 from .style import COLORS, new_figure
@@ -32,7 +32,7 @@ __all__ = [
 PARITY_GID = "parity"  # the dashed line S = 1
 MEASURED_GID = "measured"  # the measured speedups
 DRAFTS_GID = "drafts"  # the recorded drafts on the (c_d, alpha) plane
-RECORDED = recorded()  # the committed run: lab.recording.recorded()
+RECORDED = recorded("measure")  # the committed run: lab.recordings.recorded("measure")
 
 
 def constant_guess(measured) -> tuple[float, float]:
@@ -41,7 +41,7 @@ def constant_guess(measured) -> tuple[float, float]:
     return 2 * lo * hi / (lo + hi), (hi - lo) / (hi + lo)
 
 
-def draft_points(recording: Recording, k: int) -> list[dict]:
+def draft_points(recording: MeasureRecording, k: int) -> list[dict]:
     """Each draft measured at k: its name, c_d, alpha (from E[N(k)]), E[N], predicted and measured S."""
     k = check_int("k", k, minimum=1)
     points = [{"draft": t.draft, "c_d": t.c_d[i], "alpha": alpha_from_tokens(t.e_n[i], k), "e_n": t.e_n[i],
@@ -53,7 +53,7 @@ def draft_points(recording: Recording, k: int) -> list[dict]:
     return points
 
 
-def drafts_summary(recording: Recording, k: int) -> str:
+def drafts_summary(recording: MeasureRecording, k: int) -> str:
     """A text table, one line per draft at k: c_d, alpha, E[N], predicted and measured S."""
     lines = [f"{'draft':<11}{'c_d':>7}{'alpha':>7}{'E[N]':>7}{'pred S':>8}{'meas S':>8}   (k = {k})"]
     for p in draft_points(recording, k):
@@ -92,7 +92,7 @@ def plot_measured_speedup(table: SpeedupTable):
     return fig
 
 
-def _plane(recording: Recording, k: int, point=None):
+def _plane(recording: MeasureRecording, k: int, point=None):
     """The S(k) heat map at the recording's c_v(k) line over (c_d, alpha), every draft measured at k marked."""
     points = draft_points(recording, k) if k in {k for t in recording.tables for k in t.ks} else []
     top = max([0.8] + [1.1 * p["c_d"] for p in points])
@@ -109,7 +109,7 @@ def _plane(recording: Recording, k: int, point=None):
     return fig, points
 
 
-def plot_drafts_plane(recording: Recording = RECORDED, *, k: int | None = None):
+def plot_drafts_plane(recording: MeasureRecording = RECORDED, *, k: int | None = None):
     """Each recorded draft at k as a point (c_d, alpha) over S(k), the S = 1 contour, its measured S marked."""
     t, i = recording.best()
     k = t.ks[i] if k is None else check_int("k", k, minimum=1)
@@ -119,7 +119,7 @@ def plot_drafts_plane(recording: Recording = RECORDED, *, k: int | None = None):
     return fig
 
 
-def plot_what_if(recording: Recording = RECORDED, *, c_d: float, alpha: float, k: int):
+def plot_what_if(recording: MeasureRecording = RECORDED, *, c_d: float, alpha: float, k: int):
     """(figure, text): S(k) predicted at (c_d, alpha) with the recording's c_v(k) line, the drafts at k beside it."""
     k = check_int("k", k, minimum=1)
     c_d = check_real("c_d", c_d, low=0.0, high=math.inf, high_open=True)
@@ -132,7 +132,7 @@ def plot_what_if(recording: Recording = RECORDED, *, c_d: float, alpha: float, k
     return fig, text
 
 
-def what_if_explorer(recording: Recording = RECORDED):
+def what_if_explorer(recording: MeasureRecording = RECORDED):
     """Sliders for c_d, alpha and k over plot_what_if, seeded with the best recorded draft's measured terms."""
     import ipywidgets as widgets
 

@@ -1,8 +1,8 @@
 """Notebook 05b figures: a pretrained pair on the (c_d, alpha) plane beside the toy drafts, its measured and predicted
 speedups, c_v(k) per dtype and matrix-multiply path, block-versus-incremental numerics, and a what-if panel.
 
-Everything is read off a RealRecording (lab/real_recording.py: `make measure-real`'s JSON, the committed one by
-default) and the toy lab's Recording; nothing here times or computes a number the notebook asserts on.
+Everything is read off a RealRecording (lab/recordings.py: `make measure-real`'s JSON, the committed one by
+default) and the toy lab's MeasureRecording; nothing here times or computes a number the notebook asserts on.
 """
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import math
 from .._checks import check_choice, check_int, check_real
 from ..accounting import alpha_from_tokens
 from ..cost import speedup
-from ..lab.real_recording import RealRecording, RealRun, real_recorded
-from ..lab.recording import Recording, recorded
+from ..lab.recordings import MeasureRecording, RealRecording, RealRun, recorded
 from .cost_model import plot_speedup_heatmap
 from .measure_it import draft_points
 from .style import COLORS, new_figure
@@ -73,7 +72,7 @@ def real_points(recording: RealRecording, k: int, *, dtype: str = "float32") -> 
              "measured": r.measured, "predicted": r.predicted} for r in _greedy(recording, dtype) if r.k == k]
 
 
-def _plane(recording: RealRecording, toy: Recording, k: int, *, dtype: str, point=None):
+def _plane(recording: RealRecording, toy: MeasureRecording, k: int, *, dtype: str, point=None):
     """S(k) over (c_d, alpha) at the real c_v(k), the real runs at k (one marker per task), the toy drafts in grey."""
     c_v = recorded_c_v(recording, k, dtype=dtype)
     points = real_points(recording, k, dtype=dtype)
@@ -99,12 +98,13 @@ def _plane(recording: RealRecording, toy: Recording, k: int, *, dtype: str, poin
     return fig, points, c_v
 
 
-def plot_real_plane(recording: RealRecording | None = None, toy: Recording | None = None, *, k: int = 4,
+def plot_real_plane(recording: RealRecording | None = None, toy: MeasureRecording | None = None, *, k: int = 4,
                     dtype: str = "float32"):
     """The real pair's greedy runs at k on the (c_d, alpha) plane at its measured c_v(k), the toy drafts beside."""
-    recording = real_recorded() if recording is None else recording
+    recording = recorded("measure-real") if recording is None else recording
     dtype = check_choice("dtype", dtype, DTYPES)
-    fig, _, c_v = _plane(recording, recorded() if toy is None else toy, check_int("k", k, minimum=1), dtype=dtype)
+    toy = recorded("measure") if toy is None else toy
+    fig, _, c_v = _plane(recording, toy, check_int("k", k, minimum=1), dtype=dtype)
     fig.axes[0].set_title(f"k = {k}, {dtype} ({recording.matmul_for(dtype)}): c_v({k}) = {c_v:.2f}; each real draft "
                           "with its measured S\nhatched below the S = 1 line: slower than plain decoding", fontsize=9)
     return fig
@@ -112,7 +112,7 @@ def plot_real_plane(recording: RealRecording | None = None, toy: Recording | Non
 
 def plot_measured_vs_predicted(recording: RealRecording | None = None, *, temperature: float = 0.0):
     """Per task, per draft: predicted and measured S, fp32 and bf16 side by side, the S = 1 line."""
-    recording = real_recorded() if recording is None else recording
+    recording = recorded("measure-real") if recording is None else recording
     temperature = check_real("temperature", temperature, low=0.0)
     tasks = recording.tasks
     fig, axes = new_figure(len(tasks), width=3.4 * len(tasks), height=3.4)
@@ -144,7 +144,7 @@ def plot_measured_vs_predicted(recording: RealRecording | None = None, *, temper
 
 def plot_c_v_curves(recording: RealRecording | None = None):
     """c_v(k) = V(k) / T_1 against k, one curve per dtype and matrix-multiply path; flat c_v = 1 dotted."""
-    recording = real_recorded() if recording is None else recording
+    recording = recorded("measure-real") if recording is None else recording
     fig, ax = new_figure()
     palette = [COLORS["target"], COLORS["draft"], COLORS["overlap"], COLORS["wrong"], COLORS["neutral"]]
     for i, (dtype, matmul) in enumerate(dict.fromkeys((p.dtype, p.matmul) for p in recording.c_v_curve)):
@@ -162,7 +162,7 @@ def plot_c_v_curves(recording: RealRecording | None = None):
 def plot_numerics(recording: RealRecording | None = None):
     """Left: max |block - incremental| logit and the smallest top-2 gap per task and dtype (log). Middle: argmax
     flips. Right: how many tokens each greedy bf16 run agreed with plain greedy decoding."""
-    recording = real_recorded() if recording is None else recording
+    recording = recorded("measure-real") if recording is None else recording
     fig, (ax, bx, cx) = new_figure(3, width=11.0, height=3.6)
     tasks, width, floor = recording.tasks, 0.38, 1e-8  # a zero is drawn at the floor of the log axis
     shades = {"float32": COLORS["target"], "bfloat16": COLORS["draft"]}
@@ -198,14 +198,15 @@ def plot_numerics(recording: RealRecording | None = None):
     return fig
 
 
-def plot_real_what_if(recording: RealRecording | None = None, toy: Recording | None = None, *, c_d: float,
+def plot_real_what_if(recording: RealRecording | None = None, toy: MeasureRecording | None = None, *, c_d: float,
                       alpha: float, k: int):
     """(figure, text): S(k) at (c_d, alpha) with the real fp32 c_v(k), the recorded runs at k beside it."""
-    recording = real_recorded() if recording is None else recording
+    recording = recorded("measure-real") if recording is None else recording
     k = check_int("k", k, minimum=1)
     c_d = check_real("c_d", c_d, low=0.0, high=math.inf, high_open=True)
     alpha = check_real("alpha", alpha, low=0.0, high=1.0)
-    fig, points, c_v = _plane(recording, recorded() if toy is None else toy, k, dtype="float32", point=(alpha, c_d))
+    toy = recorded("measure") if toy is None else toy
+    fig, points, c_v = _plane(recording, toy, k, dtype="float32", point=(alpha, c_d))
     text = (f"predicted S({k}) = {speedup(alpha, c_d=c_d, k=k, c_v=c_v):.2f} at c_d = {c_d:.2f}, alpha = {alpha:.2f}, "
             f"c_v({k}) = {c_v:.2f}; recorded at k = {k}: "
             + (", ".join(f"{p['draft']}/{p['task']} {p['measured']:.2f}" for p in points) or "none"))
@@ -217,7 +218,7 @@ def real_what_if_explorer(recording: RealRecording | None = None, *, task: str =
     model draft by default); k moves over the c_v curve's recorded points."""
     import ipywidgets as widgets
 
-    recording = real_recorded() if recording is None else recording
+    recording = recorded("measure-real") if recording is None else recording
     seed = recording.run(task, draft)
     ks = sorted({p.k for p in recording.c_v_curve if (p.dtype, p.matmul) == ("float32", recording.fp32_matmul)})
     controls = {

@@ -148,7 +148,7 @@ def test_the_real_target_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
     import importlib.util
     import pathlib
 
-    from specdec_lib.lab.real_self_recording import load_real_self_recording
+    from specdec_lib.lab.recordings import load_recording
 
     path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "measure_real_self.py"
     spec = importlib.util.spec_from_file_location("measure_real_self", path)
@@ -156,7 +156,7 @@ def test_the_real_target_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
     spec.loader.exec_module(bench)
     out = tmp_path / "runs.json"
     assert bench.main(["--tiny", "--n-new", "8", "--reps", "1", "--json", str(out)]) == 0
-    rec = load_real_self_recording(out)
+    rec = load_recording("measure-real-self", out)
     assert rec.tiny and rec.tasks == ["code", "edit"] and rec.n_new == 8
     assert [(r.cache, r.k) for r in rec.exits] == [("own", 4), ("shared", 1), ("shared", 4)] * 2
     assert all(r.equal_to_plain for r in rec.exits) and all(r.equal_to_plain for r in rec.lookahead)

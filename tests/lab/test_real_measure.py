@@ -14,9 +14,9 @@ from specdec_lib.lab.generation import Decoding, generate_plain
 from specdec_lib.lab.hf_causal_lm import tiny_hf_model
 from specdec_lib.lab.numerics import block_vs_incremental
 from specdec_lib.lab.real_measure import combine_repeats, decode_plain, first_divergence, hf_generate, measure_run
-from specdec_lib.lab.real_recording import RealRun
 from specdec_lib.lab.real_tasks import TASKS, task_text, tiny_task_prompt
-from specdec_lib.lab.real_terms import round_counts
+from specdec_lib.lab.recorded_terms import round_counts
+from specdec_lib.lab.recordings import RealRun
 
 V = 300
 
@@ -154,8 +154,8 @@ def test_the_benchmark_writes_a_recording_from_tiny_models(tmp_path):
             assert r["T_1"] == statistics.median(t1s) and r["ranges"]["T_1"] == [min(t1s), max(t1s)]
             assert r["measured"] == statistics.median(x["measured"] for x in r["repeats"])
             assert len(set(t1s)) == 3  # three timings, not one copied
-    from specdec_lib.lab.real_recording import load_real_recording
+    from specdec_lib.lab.recordings import load_recording
 
-    assert load_real_recording(out).tiny
+    assert load_recording("measure-real", out).tiny
     with pytest.raises(SystemExit):
         bench.main(["--tiny", "--repeats", "0"])

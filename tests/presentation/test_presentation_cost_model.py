@@ -8,7 +8,7 @@ from matplotlib.collections import QuadMesh
 from matplotlib.figure import Figure
 
 import specdec_lib as sd
-from specdec_lib.lab.recording import recorded
+from specdec_lib.lab.recordings import recorded
 from specdec_lib.presentation import cost_model as views
 
 SMALL = {"alphas": [0.4, 0.6, 0.8, 0.9], "c_ds": [0.05, 0.10, 0.20, 0.30, 0.40]}  # the post's grid
@@ -225,7 +225,7 @@ def _check_heatmap(ax):
 
 def _check_batch(fig):
     """The recorded run's c_v(k; B) points, each B's least-squares line, the best k per B by hand over 0..max(ks)."""
-    batch = recorded().batch
+    batch = recorded("measure").batch
     ax, bx = fig.axes
     measured = [ln for ln in ax.get_lines() if ln.get_gid() == views.MEASURED_GID]
     assert len(measured) == len(batch.batches)

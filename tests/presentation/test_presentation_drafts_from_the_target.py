@@ -6,11 +6,11 @@ import pytest
 from matplotlib.figure import Figure
 
 import specdec_lib as sd
-from specdec_lib.lab.self_recording import ChainRun, SelfRecording
+from specdec_lib.lab.recordings import ChainRun, SelfRecording
 from specdec_lib.presentation import drafts_from_the_target as views
 from specdec_lib.presentation import figure_files as figures
 
-R = sd.lab.self_recorded()
+R = sd.lab.recorded("measure-self")
 
 
 def gids(fig: Figure) -> list[str]:

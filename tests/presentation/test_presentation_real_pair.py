@@ -4,11 +4,11 @@ import pytest
 from matplotlib.figure import Figure
 
 import specdec_lib as sd
-from specdec_lib.lab import real_recording as rr
+from specdec_lib.lab import recordings as rr
 from specdec_lib.presentation import figure_files as figures
 from specdec_lib.presentation import real_pair as views
 
-TOY = sd.lab.recorded()
+TOY = sd.lab.recorded("measure")
 
 
 def run(task, draft, k, *, dtype="float32", c_d=0.3, e_n=2.0, diverged=None, temperature=0.0):

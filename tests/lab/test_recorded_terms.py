@@ -1,10 +1,10 @@
-"""lab/real_terms.py: medians and ranges of repeats, T_1 outliers, what a step reads, the rounds behind E[N] and
+"""lab/recorded_terms.py: medians and ranges of repeats, T_1 outliers, what a step reads, the rounds behind E[N] and
 alpha; each with the wrong answer it must not give."""
 from types import SimpleNamespace as NS
 
 import pytest
 
-from specdec_lib.lab import real_terms as rt
+from specdec_lib.lab import recorded_terms as rt
 
 
 def rep(T_1, measured, *, c_v=2.0, e_n=3.0):
@@ -95,3 +95,35 @@ def test_round_counts_from_the_recorded_rates():
     assert (never.rounds, never.accepted, never.untruncated) == (8, 2, 10)
     with pytest.raises(ValueError, match="whole number of rounds"):
         rt.round_counts(NS(n_new=64, e_n=3.3, alpha=[]))
+
+
+# ---- the best k chosen on some repeats and reported on others (issue 37) ------------------------------------------
+
+# A hand-made table where choosing k on every repeat and choosing it on half of them disagree: k = 2 has the
+# larger median over all five repeats, carried by repeats 1, 3 and 4; repeats 0, 2, 4 prefer k = 1.
+KS = [1, 2]
+SPEEDS = [[1.10, 1.00, 1.10, 1.00, 1.10],
+          [1.00, 1.30, 1.00, 1.30, 1.30]]
+
+
+def test_split_best_k_chooses_on_some_repeats_and_reports_the_others():
+    import statistics
+    assert max(range(2), key=lambda i: statistics.median(SPEEDS[i])) == 1  # argmax over all repeats: k = 2
+    s = rt.split_best_k(KS, SPEEDS)  # choose on 0, 2, 4; report 1, 3
+    assert (s.k, s.chosen, s.reported, s.reported_range) == (1, 1.10, 1.00, (1.00, 1.00))
+    s = rt.split_best_k(KS, SPEEDS, choose=(1, 3), report=(0, 2, 4))
+    assert (s.k, s.chosen, s.reported, s.reported_range) == (2, 1.30, 1.00, (1.00, 1.30))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"choose": (0, 1), "report": (1, 3)}, "must not share a repeat"),
+    ({"choose": (), "report": (1, 3)}, "choose must name at least one repeat"),
+    ({"choose": (0, 2), "report": (5,)}, r"report must name repeats 0 \.\. 4, got 5"),
+])
+def test_split_best_k_refuses_bad_splits(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        rt.split_best_k(KS, SPEEDS, **kwargs)
+    with pytest.raises(ValueError, match="one list per k"):
+        rt.split_best_k(KS, SPEEDS[:1])
+    with pytest.raises(ValueError, match="repeat_speeds is empty: the table keeps no per-repeat speedups"):
+        rt.split_best_k(KS, [])
