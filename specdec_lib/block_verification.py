@@ -16,6 +16,10 @@ p_i but never computes h_i: row i passes iff the running product eta_1 ... eta_i
 wins, and the residual is the ordinary max(P_{tau+1} - Q_{tau+1}, 0). Its h is the backward hazard
 P(tau = i) / P(tau <= i) of that test's exact law, so `tau_law(h)` is its law too; it is not exact. As shipped it
 only ever saw one-hot drafts read with q = 1 (its callers passed no draft probabilities): give it one-hot q rows.
+
+verify_one_block is the same rule for one block with its outcome read on the host (a decode loop needs the count
+there anyway): it builds Z_i only when the last row fails and only while p_i > 0, and draws what
+verify_batch_block draws, draw for draw, from the same running_weights, owed_rows and pass_chances.
 """
 from __future__ import annotations
 
@@ -27,8 +31,8 @@ import torch
 from ._checks import check_generator, check_tensor
 from .sampling import sample_rows
 
-__all__ = ["BlockWeights", "block_weights", "block_residual", "tau_law", "product_tau_law", "block_tau",
-           "verify_batch_block"]
+__all__ = ["BlockWeights", "block_weights", "running_weights", "owed_rows", "pass_chances", "block_residual",
+           "tau_law", "product_tau_law", "block_tau", "verify_batch_block", "verify_one_block"]
 
 
 @dataclass(frozen=True)
@@ -69,28 +73,42 @@ def block_weights(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.T
     V = p_rows.shape[-1]
     p_rows, q_rows = p_rows.double().expand(*lead, k + 1, V), q_rows.double().expand(*lead, k, V)
     idx = proposals.long().expand(*lead, k)[..., None]  # (..., k, 1)
-    # 1. each draft's probability under the target and under the draft: P_i(X_i), Q_i(X_i)
+    # 1. each draft's probability under the target and under the draft: P_i(X_i), Q_i(X_i); 2-3. the running weights
     p_x = p_rows[..., :k, :].gather(-1, idx).squeeze(-1)  # (..., k)
-    q_x = q_rows.gather(-1, idx).squeeze(-1)  # (..., k)
-    # 2. the likelihood ratio P_i(X_i) / Q_i(X_i); a draft q gives no mass: inf if the target gives some, else 0 (0/0)
-    ratio = (p_x / q_x).nan_to_num(nan=0.0, posinf=math.inf)  # (..., k)
-    # 3. the running weight p_i = min(1, p_{i-1} ratio_i) from p_0 = 1; once 0, it stays 0: 0 * inf is NaN, and
-    # NaN stays NaN down the row (clamp and products keep it) until it is read as 0 at the end
-    running = [torch.ones(lead, dtype=torch.float64, device=p_rows.device)]
-    for i in range(k):
-        running.append((running[-1] * ratio[..., i]).clamp(max=1.0))
-    p = torch.stack(running, -1).nan_to_num(nan=0.0)  # (..., k+1)
+    p = running_weights(p_x, q_rows.gather(-1, idx).squeeze(-1))  # (..., k+1)
     if naive:  # the wrong port: its test's exact law of tau, as the hazards h_i = P(tau = i) / P(tau <= i)
         law = product_tau_law(p)
         below = law.cumsum(-1)[..., 1:]  # P(tau <= i), i = 1 .. k
         hazard = torch.where(below > 0, law[..., 1:] / torch.where(below > 0, below, 1.0), 1.0)
         return BlockWeights(p=p, h=hazard.clamp(0.0, 1.0))
-    # 4. Z_i = sum_x max(p_i P_{i+1}(x) - Q_{i+1}(x), 0) for i = 1 .. k-1
-    z = (p[..., 1:k, None] * p_rows[..., 1:k, :] - q_rows[..., 1:k, :]).clamp(min=0).sum(-1)  # (..., k-1)
-    # 5. h_i = Z_i / (Z_i + 1 - p_i), 1 where the denominator is 0 (Z_i = 0 and p_i = 1); the last row: h_k = p_k
-    den = z + (1 - p[..., 1:k])  # 0 only where Z_i = 0 and p_i = 1: 0/0 is NaN, read as 1
-    h_mid = (z / den).nan_to_num(nan=1.0).clamp(max=1.0)
-    return BlockWeights(p=p, h=torch.cat([h_mid, p[..., 1:][..., -1:]], -1))
+    # 4. Z_i = sum_x max(p_i P_{i+1}(x) - Q_{i+1}(x), 0) for i = 1 .. k-1; 5. h_i from Z_i and p_i
+    z = owed_rows(p[..., 1:k, None], p_rows[..., 1:k, :], q_rows[..., 1:k, :]).sum(-1)  # (..., k-1)
+    return BlockWeights(p=p, h=pass_chances(z, p))
+
+
+def running_weights(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
+    """p_0 = 1, p_i = min(1, p_{i-1} P_i(X_i) / Q_i(X_i)) (..., k+1) from P_i(X_i), Q_i(X_i) (..., k), float64."""
+    # the likelihood ratio; a draft q gives no mass: inf if the target gives some, else 0 (0/0)
+    ratio = (p_x.double() / q_x.double()).nan_to_num(nan=0.0, posinf=math.inf)  # (..., k)
+    # once 0, p stays 0: 0 * inf is NaN, and NaN stays NaN down the row (clamp and products keep it) until it is
+    # read as 0 at the end
+    running = [torch.ones(ratio.shape[:-1], dtype=torch.float64, device=ratio.device)]
+    for i in range(ratio.shape[-1]):
+        running.append((running[-1] * ratio[..., i]).clamp(max=1.0))
+    return torch.stack(running, -1).nan_to_num(nan=0.0)  # (..., k+1)
+
+
+def owed_rows(p_i: torch.Tensor, p_next: torch.Tensor, q_next: torch.Tensor) -> torch.Tensor:
+    """max(p_i P_{i+1} - Q_{i+1}, 0) (..., V): what the target still owes after a stop at row i; its sum is Z_i."""
+    return (p_i * p_next - q_next).clamp(min=0)
+
+
+def pass_chances(z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """h (..., m) from Z_1 .. Z_{m-1} (..., m-1) and p_0 .. p_m (..., m+1): Z_i / (Z_i + 1 - p_i), then h_m = p_m.
+
+    With m = k these are the block's h_1 .. h_k; 1 where the denominator is 0 (Z_i = 0 and p_i = 1: 0/0, NaN)."""
+    h_mid = (z / (z + (1 - p[..., 1:-1]))).nan_to_num(nan=1.0).clamp(max=1.0)  # (..., m-1)
+    return torch.cat([h_mid, p[..., 1:][..., -1:]], -1)  # k = 0: no rows, h empty
 
 
 def block_residual(p_rows: torch.Tensor, q_rows: torch.Tensor, weights: BlockWeights, tau: torch.Tensor, *,
@@ -120,7 +138,7 @@ def _residual(p_rows, q_rows, weights: BlockWeights, tau: torch.Tensor, naive: b
     scale = 1.0 if naive else weights.p.expand(*lead, k + 1).gather(-1, tau[..., None])  # (..., 1)
     # 3. what the target still owes: max(scale P_{tau+1} - Q_{tau+1}, 0); P_{tau+1} itself after a full block (no
     # draft there) or where nothing is owed
-    w = (scale * p_next - q_next).clamp(min=0)
+    w = owed_rows(scale, p_next, q_next)
     return torch.where((tau[..., None] < k) & (w.sum(-1, keepdim=True) > 0), w, p_next)
 
 
@@ -218,3 +236,25 @@ def verify_batch_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: to
     # 3. the token after the kept prefix, from its own uniform
     nxt = sample_rows(_residual(p_rows, q_rows, weights, tau, naive), generator)  # (n,)
     return tau, nxt
+
+
+def verify_one_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
+                     generator: torch.Generator | None = None) -> tuple[int, torch.Tensor]:
+    """verify_batch_block on one block, read on the host: (tau, next token 0-d) for p_rows (k+1, V), q_rows (k, V)."""
+    p_rows, q_rows = p_rows.double(), q_rows.double()
+    k = proposals.shape[0]
+    idx = proposals.long()[:, None]  # (k, 1)
+    p = running_weights(p_rows[:k].gather(1, idx)[:, 0], q_rows.gather(1, idx)[:, 0])  # (k+1,) p_0 .. p_k
+    eta = torch.rand(1, k, dtype=torch.float64, generator=generator, device=p_rows.device)  # (1, k), the batch's
+    read = torch.cat([p, eta[0]]).tolist()  # one transfer
+    weight, eta = read[:k + 1], read[k + 1:]
+    if k == 0 or eta[k - 1] < weight[k]:  # the last row passes (h_k = p_k): tau = k, the bonus row, no Z_i needed
+        return k, sample_rows(p_rows[k][None], generator)[0]  # a (1, 1) uniform, as the batch draws it
+    m = next((i for i in range(1, k) if weight[i] <= 0), k)  # rows m .. k-1 have p_i = 0, so h_i = 0: none passes
+    owed = owed_rows(p[:m, None], p_rows[:m], q_rows[:m])  # (m, V) rows 0 .. m-1; row i sums to Z_i
+    z = owed.sum(-1)  # (m,)
+    read = torch.cat([z, pass_chances(z[1:], p[:m + 1])]).tolist()  # one transfer: Z_0 .. Z_{m-1}, h_1 .. h_m
+    z, h = read[:m], read[m:]  # h_m never passes: p_m = 0, or m = k and the last row failed above
+    tau = next((i for i in range(m, 0, -1) if eta[i - 1] < h[i - 1]), 0)  # the last passing row, 0 if none
+    r = owed[tau] if z[tau] > 0 else p_rows[tau]  # (V,) P_{tau+1} where nothing is owed
+    return tau, sample_rows(r[None], generator)[0]

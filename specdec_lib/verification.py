@@ -6,11 +6,12 @@ from dataclasses import dataclass
 import torch
 
 from ._checks import check_choice, check_distribution, check_generator, check_token_ids
-from .block_verification import verify_batch_block
+from .block_verification import verify_batch_block, verify_one_block
 from .sampling import accept_ratio, residual_weights, sample_rows
 
-__all__ = ["METHODS", "Verdict", "BlockVerdicts", "accepted_prefix", "verify_batch", "commit_tokens", "verify_block",
-           "verify_blocks", "greedy_batch", "verify_greedy"]
+__all__ = ["METHODS", "Verdict", "BlockVerdicts", "accepted_prefix", "verify_batch", "verify_one", "commit_tokens",
+           "verify_block",
+           "verify_blocks", "greedy_batch", "greedy_one", "verify_greedy"]
 
 
 METHODS = ("token", "block")  # token: the first failing test ends the block; block: the last passing row wins
@@ -41,11 +42,7 @@ def verify_batch(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Te
                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Unchecked batched verification: (accepted (n,), next token (n,)) for p_rows (n, k+1, V), q_rows (n, k, V)."""
     n, k = proposals.shape
-    p_x = p_rows[:, :k].gather(-1, proposals[..., None]).squeeze(-1)  # (n, k) target prob of each proposal
-    q_x = q_rows.gather(-1, proposals[..., None]).squeeze(-1)  # (n, k) draft prob of each proposal
-    u = torch.rand(n, k, dtype=torch.float64, generator=generator, device=p_rows.device)  # (n, k)
-    ok = u < accept_ratio(p_x, q_x).double()  # (n, k)
-    accepted = accepted_prefix(ok)  # (n,)
+    accepted = accepted_prefix(_tests(p_rows, q_rows, proposals, generator))  # (n,)
     rows = torch.arange(n, device=p_rows.device)
     p_at = p_rows[rows, accepted]  # (n, V) target row at the first rejection, or the bonus row
     q_at = q_rows[rows, accepted.clamp(max=k - 1)] if k else torch.zeros_like(p_at)  # (n, V) the draft's row there
@@ -53,6 +50,25 @@ def verify_batch(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Te
     # [p - q]_+ is the residual on rejection, and p itself at the bonus slot, where q is zero
     nxt = sample_rows(residual_weights(p_at, q_at), generator)  # (n,), its own uniforms: never the acceptance one
     return accepted, nxt
+
+
+def verify_one(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
+               generator: torch.Generator | None = None) -> tuple[int, torch.Tensor]:
+    """verify_batch on one block, read on the host: (accepted, next token 0-d) for p_rows (k+1, V), q_rows (k, V)."""
+    k = proposals.shape[0]
+    ok = _tests(p_rows[None], q_rows[None], proposals[None], generator)[0].tolist()  # k outcomes, one transfer
+    a = next((j for j, passed in enumerate(ok) if not passed), k)
+    r = p_rows[k] if a == k else residual_weights(p_rows[a], q_rows[a])  # (V,) the bonus row is p itself
+    return a, sample_rows(r[None], generator)[0]  # 0-d; its own uniform, (1, 1) as the batch draws it
+
+
+def _tests(p_rows, q_rows, proposals, generator) -> torch.Tensor:
+    """The token rule's tests (n, k): u < min(1, p(x) / q(x)), one uniform u per proposal, drawn in order."""
+    n, k = proposals.shape
+    p_x = p_rows[:, :k].gather(-1, proposals[..., None]).squeeze(-1)  # (n, k) target prob of each proposal
+    q_x = q_rows.gather(-1, proposals[..., None]).squeeze(-1)  # (n, k) draft prob of each proposal
+    u = torch.rand(n, k, dtype=torch.float64, generator=generator, device=p_rows.device)  # (n, k)
+    return u < accept_ratio(p_x, q_x).double()
 
 
 def commit_tokens(proposals: torch.Tensor, accepted: torch.Tensor, nxt: torch.Tensor, pad: int = -1) -> torch.Tensor:
@@ -87,21 +103,23 @@ def _check_block(p_rows, q_rows, proposals, *, batched: bool):
     return p_rows, q_rows, proposals
 
 
-def _verifier(method: str):
-    """The batched verifier of a method: verify_batch (token by token) or verify_batch_block (the whole block)."""
-    return verify_batch if check_choice("method", method, METHODS) == "token" else verify_batch_block
+def _verifier(method: str, *, one: bool = False):
+    """A method's verifier: token by token or the whole block, for n blocks or (one=True) one read on the host."""
+    token = check_choice("method", method, METHODS) == "token"
+    if one:
+        return verify_one if token else verify_one_block
+    return verify_batch if token else verify_batch_block
 
 
 def verify_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
                  generator: torch.Generator | None = None, *, method: str = "token") -> Verdict:
     """Verify one block: p_rows (k+1, V) target rows, q_rows (k, V) draft rows that produced proposals (k,);
     method "token" (test each proposal in turn) or "block" (block verification, sd.block_verification)."""
-    verify = _verifier(method)
+    verify = _verifier(method, one=True)
     p_rows, q_rows, proposals = _check_block(p_rows, q_rows, proposals, batched=False)
     generator = check_generator(generator)
-    accepted, nxt = verify(p_rows[None], q_rows[None], proposals[None], generator)
-    a = int(accepted[0])
-    return Verdict(accepted=a, tokens=torch.cat([proposals[:a], nxt]))
+    a, nxt = verify(p_rows, q_rows, proposals, generator)
+    return Verdict(accepted=a, tokens=torch.cat([proposals[:a], nxt[None]]))
 
 
 def verify_blocks(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tensor,
@@ -123,6 +141,15 @@ def greedy_batch(p_rows: torch.Tensor, proposals: torch.Tensor) -> tuple[torch.T
     return accepted, best.gather(1, accepted[:, None]).squeeze(1)
 
 
+def greedy_one(p_rows: torch.Tensor, proposals: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """greedy_batch on one block, read on the host: (accepted, next token 0-d) for p_rows (k+1, V), proposals (k,)."""
+    k = proposals.shape[0]
+    best = p_rows.argmax(-1)  # (k+1,) the target's greedy choice at every slot
+    both = torch.cat([best[:k], proposals]).tolist()  # one transfer: argmaxes, then proposals
+    a = next((j for j in range(k) if both[j] != both[k + j]), k)
+    return a, best[a]
+
+
 def verify_greedy(p_rows: torch.Tensor, proposals: torch.Tensor) -> Verdict:
     """Greedy verification of one block: keep proposals while they equal the target's argmax, then emit its argmax."""
     p_rows = check_distribution("p_rows", p_rows, min_dim=2)
@@ -132,6 +159,5 @@ def verify_greedy(p_rows: torch.Tensor, proposals: torch.Tensor) -> Verdict:
     if proposals.dim() != 1 or proposals.shape[0] != p_rows.shape[0] - 1:
         raise ValueError(f"proposals must have shape ({p_rows.shape[0] - 1},): one fewer than the rows of p_rows, "
                          f"got {tuple(proposals.shape)}")
-    accepted, nxt = greedy_batch(p_rows[None], proposals[None])
-    a = int(accepted[0])
-    return Verdict(accepted=a, tokens=torch.cat([proposals[:a], nxt]))
+    a, nxt = greedy_one(p_rows, proposals)
+    return Verdict(accepted=a, tokens=torch.cat([proposals[:a], nxt[None]]))

@@ -291,12 +291,11 @@ def test_long_blocks_sample_the_exact_target_distribution(flat, verifier, kind):
     assert sd.total_variation(got, exact) < sd.tv_noise_bound(exact, BLOCK_N)
 
 
-def _naive_block_rule(p_rows, proposals, q_rows, generator, *, one_hot):
-    """The lab's one-block rule, but by the core's naive port verify_batch_block(naive=True) (a neural draft)."""
-    assert not one_hot
+def _naive_one_block(p_rows, q_rows, proposals, generator):
+    """The core's one-block verifier, but by its naive port verify_batch_block(naive=True)."""
     accepted, nxt = verify_batch_block(p_rows.double()[None], q_rows.double()[None], proposals[None], generator,
                                        naive=True)
-    return lab_accept.Acceptance(int(accepted[0]), nxt[0])
+    return int(accepted[0]), nxt[0]
 
 
 @pytest.mark.stat
@@ -310,7 +309,7 @@ def test_the_naive_block_port_fails_the_same_test(flat, monkeypatch):
     # pass and the exact law from a pass over the prompt alone differ by float32 rounding only (kernels vary by CPU)
     assert sd.total_variation(rule, p_1) < 1e-12 and sd.total_variation(p_1, exact) < 1e-6
     assert sd.total_variation(port, exact) > 2 * bound  # the port: not
-    monkeypatch.setattr(lab_accept, "_block_rule", _naive_block_rule)  # the lab's block path, naive port inside
+    monkeypatch.setattr(lab_accept, "verify_one_block", _naive_one_block)  # the lab's block path, naive port inside
     got = _empirical(target, _drafter("neural", draft), {"temperature": 1.0}, BLOCK_N, verifier="block", k=BLOCK_K,
                      horizon=BLOCK_HORIZON)
     assert sd.total_variation(got, exact) > bound
