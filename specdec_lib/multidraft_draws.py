@@ -14,6 +14,7 @@ import math
 import torch
 
 from ._checks import check_choice
+from .sampling import inverse_cdf
 
 __all__ = ["DRAWS", "MAX_DRAFTS", "check_draws", "top_order", "count_outcomes", "draft_outcomes", "hub_pair",
            "draw_drafts"]
@@ -88,16 +89,14 @@ def draft_outcomes(q: torch.Tensor, num_drafts: int, draws: str) -> tuple[torch.
 
 def _draw_hub(q: torch.Tensor, num_drafts: int, size: int, generator) -> torch.Tensor:
     """SpecHub's drafts (size, k): x ~ q, then a if x != a, else one from q without a (k = 1: q a point mass)."""
-    cdf = q.cumsum(0)  # (V,)
     u = torch.rand(size, 2, dtype=torch.float64, generator=generator)
-    first = torch.searchsorted(cdf, u[:, 0] * cdf[-1], right=True)  # (size,)
+    first = inverse_cdf(q, u[:, 0])  # (size,)
     a = top_order(q)[0]
     if num_drafts == 1 or int((q > 0).sum()) == 1:
         return first[:, None]
     rest = q.clone()
     rest[a] = 0.0
-    cdf_rest = rest.cumsum(0)
-    other = torch.searchsorted(cdf_rest, u[:, 1] * cdf_rest[-1], right=True)  # (size,) from q without a
+    other = inverse_cdf(rest, u[:, 1])  # (size,) from q without a
     return torch.stack([first, torch.where(first == a, other, a)], 1)
 
 
@@ -108,9 +107,7 @@ def draw_drafts(q: torch.Tensor, num_drafts: int, draws: str, size: int, generat
         return top_order(q)[:num_drafts].expand(size, -1)
     if draws == "hub":
         return _draw_hub(q, num_drafts, size, generator)
-    if draws == "iid":  # inverse CDF against one cumulative sum, as sample_rows does row by row
-        cdf = q.cumsum(0)  # (V,)
-        u = torch.rand(size, num_drafts, dtype=torch.float64, generator=generator)
-        return torch.searchsorted(cdf, u * cdf[-1], right=True)  # (size, num_drafts)
+    if draws == "iid":  # num_drafts uniforms a step, all read against q's one cumulative sum
+        return inverse_cdf(q, torch.rand(size, num_drafts, dtype=torch.float64, generator=generator))  # (size, k)
     k = min(num_drafts, int((q > 0).sum()))
     return torch.multinomial(q.expand(size, -1), k, replacement=False, generator=generator)  # as EAGLE-1 drafts

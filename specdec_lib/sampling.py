@@ -14,8 +14,9 @@ from ._checks import (
     check_token_ids,
 )
 
-__all__ = ["SAMPLER_MODES", "sample_rows", "sample_from", "residual_weights", "residual", "accept_ratio",
-           "acceptance_probability", "speculative_sample", "empirical", "total_variation", "overlap", "post_pair"]
+__all__ = ["SAMPLER_MODES", "inverse_cdf", "cdf_table", "sample_rows", "sample_from", "residual_weights", "residual",
+           "accept_ratio", "acceptance_probability", "speculative_sample", "empirical", "total_variation", "overlap",
+           "post_pair"]
 
 # Single-position samplers: the honest one and the negative controls a test must reject.
 SAMPLER_MODES = {
@@ -25,18 +26,53 @@ SAMPLER_MODES = {
 }
 
 
-def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One draw per row of non-negative weights (..., V) by inverse CDF; rows need not be normalised.
-
-    Only the type, the shape and the generator are checked (this runs inside the decoders' loops)."""
+def _weights(weights) -> torch.Tensor:
+    """weights as a floating tensor with a non-empty last axis, or TypeError / ValueError naming it."""
     weights = check_tensor("weights", weights)
     if weights.dim() < 1 or weights.shape[-1] == 0:
         raise ValueError(f"weights must have a non-empty last axis, got shape {tuple(weights.shape)}")
+    return weights
+
+
+def inverse_cdf(weights: torch.Tensor, u) -> torch.Tensor:
+    """Tokens (...) drawn from non-negative weights (..., V) at uniforms u (...) in [0, 1); one row (V,) takes u of
+    any shape, or a float. Rows need not be normalised; a row's total must be positive.
+
+    Token i owns [c_{i-1}, c_i) of [0, total), c the cumulative sums in float64: the token is #{i : c_i <= u total}.
+    A zero-weight token owns nothing, and u < 1 keeps u total < total, so none past the last weight is ever drawn.
+    The library's one inverse-CDF draw: the samplers, the Markov engines and the kit call it or read its cdf_table."""
+    c = _weights(weights).to(torch.float64).cumsum(-1)  # (..., V)
+    if c.dim() == 1:
+        return torch.searchsorted(c, u * c[-1], right=True)  # u's shape
+    return torch.searchsorted(c, (u * c[..., -1])[..., None], right=True).squeeze(-1)  # (...,)
+
+
+def cdf_table(weights: torch.Tensor) -> torch.Tensor:
+    """The uniforms (..., V) at which inverse_cdf passes each token: inverse_cdf(weights, u) = #{i : table_i <= u}.
+
+    Entry i is the least float64 u with u total >= c_i in floating point, found from c_i / total an ulp at a time,
+    so a table built once turns a draw into comparisons that draw what inverse_cdf draws, bit for bit (the batched
+    Markov engine reads it so). Entries from the last weight on are 1, which no u < 1 passes; a row of zeros is NaN."""
+    c = _weights(weights).to(torch.float64).cumsum(-1)  # (..., V)
+    total = c[..., -1:]  # (..., 1)
+    t = (c / total).clamp(0.0, 1.0)  # (..., V) within an ulp or two of the least u that passes c_i
+    for _ in range(8):  # down an ulp while the uniform below still passes, up while this one does not
+        below = t.nextafter(torch.zeros_like(t))
+        down, up = (t > 0) & (below * total >= c), t * total < c
+        if not (down.any() or up.any()):
+            return t
+        t = torch.where(down, below, torch.where(up, t.nextafter(torch.ones_like(t)), t))
+    raise AssertionError("unreachable: c_i / total is within two ulps of the least u that passes c_i")
+
+
+def sample_rows(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One draw per row of non-negative weights (..., V): inverse_cdf at fresh uniforms; rows need not be normalised.
+
+    Only the type, the shape and the generator are checked (this runs inside the decoders' loops)."""
+    weights = _weights(weights)
     check_generator(generator)
-    cdf = weights.to(torch.float64).cumsum(-1)  # (..., V)
-    u = torch.rand(cdf.shape[:-1] + (1,), dtype=torch.float64, generator=generator, device=cdf.device)
-    # count of cdf entries <= u * total: a zero-weight token never owns an interval, and u < 1 keeps it < V
-    return torch.searchsorted(cdf, u * cdf[..., -1:], right=True).squeeze(-1)  # (...,)
+    u = torch.rand(weights.shape[:-1], dtype=torch.float64, generator=generator, device=weights.device)  # (...,)
+    return inverse_cdf(weights, u)  # (...,)
 
 
 def sample_from(p: torch.Tensor, *, num_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -18,19 +18,12 @@ import torch
 from ..markov.registry import MODES
 from ..markov.semantics import acceptance, block_round, fix_uniform, match_law, rejection_weights
 from ..markov.spec import DecoderSpec
-from ..sampling import sample_rows
+from ..sampling import inverse_cdf, sample_rows
 from ..variant import Variant
 from ..verification import accepted_prefix, commit_tokens
 from .laws import block_rule, bonus_rows, judge_rows, ratio_rows
 
 __all__ = ["KnownVerifier", "FIELD_GUIDE", "BLOCK_VERIFIERS", "EXACT", "known_verifiers", "rule_verifier"]
-
-
-def _inverse_cdf(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Tokens (n,) drawn from weights w (n, V) at uniforms u (n,): the last token with weight owns the top of [0, 1)."""
-    cdf = (w / w.sum(-1, keepdim=True)).cumsum(-1)  # (n, V)
-    last = (w > 0).long().cumsum(-1).argmax(-1)  # (n,) the last token with weight
-    return torch.searchsorted(cdf, u.reshape(-1, 1), right=True).squeeze(-1).minimum(last)  # (n,)
 
 
 def _kept_chance(spec: DecoderSpec, pj: torch.Tensor, qj: torch.Tensor, proposals: torch.Tensor) -> torch.Tensor:
@@ -49,7 +42,7 @@ def _rejection_draw(spec: DecoderSpec, p: torch.Tensor, q: torch.Tensor, y: torc
         return sample_rows(match_law(p, y_hot), generator)
     fresh = torch.rand(y.shape[0], dtype=torch.float64, generator=generator) if spec.residual_uniform == "fresh" \
         else None  # drawn only when read: a reused uniform leaves the generator's stream as the bug does
-    return _inverse_cdf(rejection_weights(spec, p, q, y_hot), fix_uniform(spec, u_test, fresh))
+    return inverse_cdf(rejection_weights(spec, p, q, y_hot), fix_uniform(spec, u_test, fresh))
 
 
 def rule_verifier(spec: DecoderSpec) -> Callable:

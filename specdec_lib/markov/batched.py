@@ -5,12 +5,13 @@ for every unfinished sequence together. On a Markov chain everything a round nee
 states, so it is precomputed as tables, flattened so that one gather reads a whole batch:
 
   acc[(r V + c) V + y]     = the chance target row r keeps y, believed drawn by R[c] (min(1, P[r, y] / R[c, y]))
-  fix[(r V + c) V + y]     = CDF of what rejecting y samples, for target row r and believed state c
-  fix[V^3 + y_k]           = CDF of the bonus token after a full block ending in y_k
-  block_fix[b (k+1) + tau] = a block verifier's CDF of the token after tau kept drafts of block row b
+  fix[(r V + c) V + y]     = CDF table of what rejecting y samples, for target row r and believed state c
+  fix[V^3 + y_k]           = CDF table of the bonus token after a full block ending in y_k
+  block_fix[b (k+1) + tau] = a block verifier's CDF table of the token after tau kept drafts of block row b
                              (b = s V^k + y_1 V^(k-1) + .. + y_k; block_weights holds its p and h at row b)
 
-Every draw is an inverse-CDF lookup: token = #{i : cdf[i] <= u} for a uniform u. A round draws its uniforms
+Every draw is the core's inverse-CDF draw (sampling.inverse_cdf), read off its sampling.cdf_table built once:
+token = #{i : table[i] <= u} for a uniform u, bit for bit what inverse_cdf draws. A round draws its uniforms
 as one (2k + 1 [+ 1], m) block: k for drafting, k for the acceptance tests, one for the residual or bonus
 token (and one for a phantom token). The reference decoder reads the same uniforms in the same order, and
 the batched one reads them one slot at a time over all m sequences, as one-dimensional gathers. Under a
@@ -26,13 +27,14 @@ import torch
 
 from .._checks import check_generator, check_int
 from ..block_verification import BlockWeights
+from ..sampling import cdf_table, inverse_cdf
 from . import semantics as sem
 from .block_round import block_table
 from .draft_rules import ngram_proposals_batch
 from .registry import MODES, make_decoder
 from .spec import Decoder, DecoderSpec
 
-__all__ = ["POST_MODES", "DECODER_MODES", "Tables", "cdf_table", "draw", "accept_table", "residual_table", "tables",
+__all__ = ["POST_MODES", "DECODER_MODES", "Tables", "draw", "accept_table", "residual_table", "tables",
            "Round", "run_round", "run_block_round", "decode_markov", "decode_tables"]
 
 POST_MODES = ("correct", "bad_draft", "mismatched_q", "phantom_history", "off_by_one")  # the post's five decoders
@@ -40,20 +42,12 @@ DECODER_MODES = {name: MODES[name].description for name in POST_MODES}
 BLOCK_TABLE_LIMIT = 1 << 16  # most blocks (s, X_1 .. X_k) a block verifier's table holds; past it, rows per round
 
 
-def cdf_table(weights: torch.Tensor) -> torch.Tensor:
-    """Inverse-CDF table (..., V) in float64: token i owns [cdf[i-1], cdf[i]); +inf from the last positive weight on."""
-    w = weights.double()
-    cdf = (w / w.sum(-1, keepdim=True)).cumsum(-1)
-    V = w.shape[-1]
-    last = V - 1 - (w > 0).flip(-1).double().argmax(-1, keepdim=True)  # (..., 1) last token with mass
-    return torch.where(torch.arange(V) >= last, torch.inf, cdf)  # rounding can never hand u < 1 to a zero-mass tail
-
-
 def draw(cdf_cols: torch.Tensor, rows: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Tokens (m,) from rows (m,) of a CDF table and uniforms (m,): the number of entries of the row <= u.
+    """Tokens (m,) from rows (m,) of a sampling.cdf_table and uniforms (m,): the number of entries of the row <= u.
 
     cdf_cols is the table transposed, (V, rows): column i of every row, contiguous, so the count is V - 1
-    one-dimensional gathers (the last entry of a row is +inf and never counts).
+    one-dimensional gathers (a row's last entry is 1 and never counts), three times faster than searchsorted on
+    gathered rows.
     """
     count = (cdf_cols[0].take(rows) <= u).view(torch.uint8)  # a bool is a byte: counting them needs no cast
     for col in cdf_cols[1:-1]:
@@ -218,7 +212,7 @@ def run_block_round(dec: Decoder, t: Tables, s, k: int, u) -> Round:
         states = torch.stack(d, 1)  # (m, k+1)
         tau, weights = sem.block_round(dec.spec, dec.target.double()[states], dec.ratio.double()[states[:, :k]],
                                        states[:, 1:], eta)
-        nxt = (cdf_table(weights) <= u[2 * k][:, None]).sum(-1)  # the inverse-CDF draw: entries <= u
+        nxt = inverse_cdf(weights, u[2 * k])
     else:  # 2-3. the same, read off the tables at the block's row b = s V^k + y_1 V^(k-1) + .. + y_k
         b = sum(x * t.V ** (k - j) for j, x in enumerate(d))  # (m,)
         w = t.block_weights

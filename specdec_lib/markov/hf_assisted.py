@@ -20,8 +20,6 @@ included, for the check.
 """
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
 from dataclasses import dataclass
 
@@ -29,6 +27,7 @@ import torch
 
 from .._checks import check_choice, check_generator, check_int, check_real
 from ..cost import round_cost
+from ..sampling import inverse_cdf
 from .long_run import PolicyResult, costed_chain, long_run_result, round_law, stationary
 
 __all__ = [
@@ -159,12 +158,11 @@ def assisted_text(P, Q, *, c_d: float, c_v: float, rounds: int, generator: torch
     if not isinstance(settings, AssistedSettings):
         raise TypeError(f"settings must be an AssistedSettings, got {type(settings).__name__}")
     k, t, retune, schedule = settings.k, settings.confidence, settings.retune, settings.schedule
-    P_, Q_, A_, R_ = (x.tolist() for x in (c.P, c.Q, c.A, c.res))
-    cdf = {name: [list(itertools.accumulate(row)) for row in rows] for name, rows in (("P", P_), ("Q", Q_), ("R", R_))}
-    V = len(P_)
+    Q_, A_ = c.Q.tolist(), c.A.tolist()
+    rows = {"P": c.P.double(), "Q": c.Q.double(), "R": c.res.double()}
 
     def draw(table: str, row: int, u: float) -> int:
-        return min(bisect.bisect_right(cdf[table][row], u), V - 1)
+        return int(inverse_cdf(rows[table][row], u))
 
     g = check_generator(generator)
     pos, neg = {}, {}  # recorded tokens by probability: accepted, and first rejections

@@ -5,39 +5,28 @@ four steps for any registered spec (Act II's bugs and Act V's bent rules), each 
 whose meanings all come from semantics.py; `decode_reference` runs it. batched.py is the same algorithm for many
 sequences at once, and the tests hold the three to each other draw for draw: each round draws 2k + 1 uniforms
 (one more for a phantom token) in one call: u[0..k-1] draft the proposals, u[k..2k-1] test them, u[2k] draws
-the residual or bonus token. Every draw is an inverse-CDF lookup.
+the residual or bonus token. Every draw is the core's inverse-CDF draw, sampling.inverse_cdf.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 
 from .._checks import check_distribution, check_generator, check_int
+from ..sampling import inverse_cdf
 from . import semantics as sem
 from .draft_rules import ngram_proposals
 from .registry import make_decoder
 from .spec import Decoder
 
-__all__ = ["inverse_cdf", "speculative_decode", "Hooks", "decode_one", "decode_reference"]
-
-
-def inverse_cdf(weights: list[float], u: float) -> int:
-    """The token whose slice of [0, 1) holds u, slices in token order with widths weights / sum(weights)."""
-    total, edge = sum(weights), 0.0
-    last = max(i for i, w in enumerate(weights) if w > 0)  # rounding never hands u to a zero-mass tail
-    for i, w in enumerate(weights):
-        edge += w / total
-        if u < edge or i == last:
-            return i
-    raise AssertionError("unreachable: the last token with mass always returns")
+__all__ = ["speculative_decode", "Hooks", "decode_one", "decode_reference"]
 
 
 def speculative_decode(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon: int, k: int,
                        generator: torch.Generator | None = None) -> list[int]:
     """`horizon` tokens of target chain P (V, V) after `start`, drafted k at a time by chain Q: correct only."""
-    P, Q = (check_distribution(name, t, min_dim=2).double().tolist() for name, t in (("P", P), ("Q", Q)))
+    P, Q = (check_distribution(name, t, min_dim=2).double() for name, t in (("P", P), ("Q", Q)))
     horizon, k = check_int("horizon", horizon, minimum=1), check_int("k", k, minimum=0)
     generator = check_generator(generator)
     seq, last = [], check_int("start", start, minimum=0)  # committed tokens; the last one is the Markov state
@@ -46,21 +35,21 @@ def speculative_decode(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon:
         # 1. draft: k proposals, each drawn from the draft's row at the token before it
         props = []
         for j in range(k):
-            props.append(inverse_cdf(Q[props[-1] if props else last], u[j]))
+            props.append(int(inverse_cdf(Q[props[-1] if props else last], u[j])))
         # 2. verify left to right: keep y with probability min(1, p(y) / q(y)), both rows at the token before y
         before, token = last, None
         for j, y in enumerate(props):
             p, q = P[before], Q[before]
-            if u[k + j] < min(1.0, p[y] / q[y]):
+            if u[k + j] < min(1.0, float(p[y] / q[y])):
                 before = y
                 continue
             # 3a. the first rejection ends the block: its token is drawn from the residual [p - q]_+
-            token = inverse_cdf([max(pz - qz, 0.0) for pz, qz in zip(p, q)], u[2 * k])
+            token = int(inverse_cdf((p - q).clamp(min=0), u[2 * k]))
             props = props[:j]
             break
         # 3b. all k accepted: the bonus token, from the target's row after the last proposal
         if token is None:
-            token = inverse_cdf(P[before], u[2 * k])
+            token = int(inverse_cdf(P[before], u[2 * k]))
         # 4. commit the accepted proposals and the target's token
         seq += props + [token]
         last = seq[-1]
@@ -71,17 +60,18 @@ def speculative_decode(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon:
 class Hooks:
     """A decoder's spec resolved into the steps of one round, each a method; meanings from semantics.py.
 
-    Tables are built once: acc[r][c][y] the chance row r keeps y believed drawn by R[c], fix[r][c][y] the
-    weights of what rejecting it samples, bonus[y_k] the weights of the bonus token.
+    Tables are built once: acc[r][c][y] the chance row r keeps y believed drawn by R[c], fix[r, c, y] the
+    weights of what rejecting it samples, bonus[y_k] the weights of the bonus token; each draw is
+    sampling.inverse_cdf of a row of P, propose, draft, fix or bonus.
     """
 
     dec: Decoder
-    P: list
-    propose: list
-    draft: list
+    P: torch.Tensor  # (V, V)
+    propose: torch.Tensor  # (V, V)
+    draft: torch.Tensor  # (V, V)
     acc: list
-    fix: list
-    bonus: list
+    fix: torch.Tensor  # (V, V, V, V)
+    bonus: torch.Tensor  # (V, V)
 
     @classmethod
     def of(cls, dec: Decoder) -> Hooks:
@@ -91,8 +81,7 @@ class Hooks:
         acc = sem.acceptance(spec, p[:, None, :], q[None, :, :])  # (V, V, V)
         fix = sem.rejection_weights(spec, p[:, None, None, :], q[None, :, None, :], eye)  # (V, V, V, V)
         bonus = sem.bonus_row(spec, p, dec.draft.double())  # (V, V)
-        return cls(dec, p.tolist(), dec.propose.double().tolist(), dec.draft.double().tolist(), acc.tolist(),
-                   fix.tolist(), bonus.tolist())
+        return cls(dec, p, dec.propose.double(), dec.draft.double(), acc.tolist(), fix, bonus)
 
     def proposals(self, history: list[int], state: int, k: int, u: list[float]) -> tuple[list[int], list[int]]:
         """Up to k proposals and the draft states they were drawn from (a lookup copies them; a stop cuts them)."""
@@ -101,20 +90,20 @@ class Hooks:
             props = ngram_proposals(history, k, spec.ngram_match)
             return props, states + props
         for j in range(k):
-            props.append(inverse_cdf(self.propose[states[-1]], u[j]))
+            props.append(int(inverse_cdf(self.propose[states[-1]], u[j])))
             states.append(props[-1])
-            if sem.stops_after(spec, self.propose[states[-2]][props[-1]]):
+            if sem.stops_after(spec, self.propose[states[-2], props[-1]].item()):
                 break  # the draft is unsure of the token it just drafted: it stops, keeping that token
         return props, states
 
     def test(self, row: int, qctx: int, y: int, u: float, *, first: bool) -> tuple[bool, int | None]:
         """Does the verifier keep y? And, for match acceptance, the target's own sample (the token on a mismatch)."""
         return sem.keeps(self.dec.spec, y, u, chance=lambda: self.acc[row][qctx][y],
-                         sample=partial(inverse_cdf, self.P[row]), first=first)
+                         sample=lambda u: int(inverse_cdf(self.P[row], u)), first=first)
 
     def rejection(self, row: int, qctx: int, y: int, u_test: float, u_fix: float) -> int:
         """The token a rejection of y emits: the residual draw (reading the uniform semantics says)."""
-        return inverse_cdf(self.fix[row][qctx][y], sem.fix_uniform(self.dec.spec, u_test, u_fix))
+        return int(inverse_cdf(self.fix[row, qctx, y], sem.fix_uniform(self.dec.spec, u_test, u_fix)))
 
     def block(self, last: int, k: int, u: list[float]) -> list[int]:
         """A block verifier's round: k proposals judged together by u[k..2k-1] (semantics.block_round), then the
@@ -123,7 +112,7 @@ class Hooks:
         target, ratio = self.dec.target.double(), self.dec.ratio.double()
         tau, weights = sem.block_round(self.dec.spec, target[states], ratio[states[:-1]],
                                        torch.tensor(props, dtype=torch.long), torch.tensor(u[k:2 * k]))
-        return props[:int(tau)] + [inverse_cdf(weights.tolist(), u[2 * k])]
+        return props[:int(tau)] + [int(inverse_cdf(weights, u[2 * k]))]
 
 
 def decode_one(dec: Decoder, uniforms, hooks: Hooks | None = None) -> list[int]:
@@ -152,18 +141,18 @@ def decode_one(dec: Decoder, uniforms, hooks: Hooks | None = None) -> list[int]:
             # 3a. a rejection: the target's token (a coin peeker never proposes y: its bonus one proposal early)
             accepted = j
             if sem.peeks(spec):
-                nxt = inverse_cdf(hooks.P[committed], u[2 * k])
+                nxt = int(inverse_cdf(hooks.P[committed], u[2 * k]))
             else:
                 nxt = sample if sample is not None else hooks.rejection(row, qctx, y, u[k + j], u[2 * k])
             break
         # 3b. all proposals accepted: the bonus token, from the row after the last proposal
         if nxt is None:
-            nxt = inverse_cdf(hooks.bonus[props[-1] if props else last], u[2 * k])
+            nxt = int(inverse_cdf(hooks.bonus[props[-1] if props else last], u[2 * k]))
         # 4. commit the accepted prefix and the target's token (a kept rejected proposal sits between: wrong)
         kept = [props[accepted]] if sem.kept_rejected(spec, accepted < len(props)) else []
         seq += props[:accepted] + kept + [nxt]
         if spec.phantom and len(seq) < dec.horizon:  # an unverified draft token enters the history: wrong
-            seq.append(inverse_cdf(hooks.draft[seq[-1]], u[2 * k + 1]))
+            seq.append(int(inverse_cdf(hooks.draft[seq[-1]], u[2 * k + 1])))
         draft_last = props[-1] if props else last  # with no proposal the draft never moved from the start
         before, last = ([dec.start] + seq)[-2], seq[-1]
         k = sem.next_k(spec, k, accepted=accepted, drafted=len(props))

@@ -111,6 +111,73 @@ def test_sample_rows_never_draws_zero_mass_tokens():
     assert (draws[:, 1] == 0).all() and (draws[:, 2] == 4).all()
 
 
+
+# the four inverse-CDF draws the library had before sampling.inverse_cdf, verbatim (issue 38): each must agree with it
+def _old_sample_rows(w, u):  # sampling.sample_rows: cumulative sums against u * total
+    cdf = w.to(torch.float64).cumsum(-1)
+    return torch.searchsorted(cdf, u[:, None] * cdf[..., -1:], right=True).squeeze(-1)
+
+
+def _old_reference(w, u):  # markov/reference.inverse_cdf: Python floats, token by token
+    out = []
+    for weights, x in zip(w.tolist(), u.tolist()):
+        total, edge, last = sum(weights), 0.0, max(i for i, v in enumerate(weights) if v > 0)
+        for i, v in enumerate(weights):
+            edge += v / total
+            if x < edge or i == last:
+                out.append(i)
+                break
+    return torch.tensor(out)
+
+
+def _old_batched(w, u):  # markov/batched.cdf_table and draw: normalised sums, +inf from the last weight on
+    w = w.double()
+    V = w.shape[-1]
+    last = V - 1 - (w > 0).flip(-1).double().argmax(-1, keepdim=True)
+    cdf = torch.where(torch.arange(V) >= last, torch.inf, (w / w.sum(-1, keepdim=True)).cumsum(-1))
+    return (cdf[:, :-1] <= u[:, None]).sum(-1)
+
+
+def _old_kit(w, u):  # conformance/bugs._inverse_cdf: normalised sums in w's dtype, clamped to the last weight
+    cdf = (w / w.sum(-1, keepdim=True)).cumsum(-1)
+    last = (w > 0).long().cumsum(-1).argmax(-1)
+    return torch.searchsorted(cdf, u.reshape(-1, 1), right=True).squeeze(-1).minimum(last)
+
+
+def test_inverse_cdf_draws_what_each_old_copy_drew_at_the_edges():
+    ends_low = torch.softmax(torch.randn(6, generator=torch.Generator().manual_seed(1)), 0)  # float32, sums < 1
+    assert ends_low.cumsum(0)[-1] < 1 and ends_low.double().sum() < 1
+    rows = [torch.tensor([0.2, 0.3, 0.5]), torch.tensor([0.0, 0.3, 0.0, 0.7, 0.0]), torch.tensor([1.0, 0, 0, 0, 0]),
+            torch.tensor([0.0, 0, 0, 0, 2.0]), torch.tensor([3.0, 0.0, 1.0]), torch.cat([ends_low, torch.zeros(2)])]
+    us = torch.tensor([0.0, 2.0 ** -53, 1e-12, 0.2, 0.3, 0.5, 0.7, 1 - 1e-12, 1 - 2.0 ** -53], dtype=torch.float64)
+    for w in rows:
+        W = w.expand(len(us), -1)  # (9, V) one row per uniform
+        want = S.inverse_cdf(W, us)  # (9,)
+        assert (w[want] > 0).all(), w  # a zero-weight token never owns a uniform, at u = 0 or just below 1
+        assert torch.equal(S.inverse_cdf(w, us), want) and torch.equal(S.inverse_cdf(w.double(), us), want)
+        table = S.cdf_table(W)  # the batched engine's table: the same tokens, counted by comparisons
+        assert torch.equal((table[:, :-1] <= us[:, None]).sum(-1), want)
+        for old in (_old_sample_rows, _old_reference, _old_batched):
+            assert torch.equal(old(W, us), want), (old.__name__, w)
+        assert torch.equal(_old_kit(W.double(), us), want), w  # the kit only ever drew from float64 rows
+    assert int(S.inverse_cdf(rows[5], 1 - 2.0 ** -53)) == 5  # a float u; the top of [0, 1) goes to the last weight
+    # random rows with zeros: the old copies at random uniforms (they differ only within an ulp of a slice's end),
+    # the table at every entry and an ulp below it, where a rounding slip would show
+    g = torch.Generator().manual_seed(0)
+    w = torch.rand(20_000, 7, generator=g, dtype=torch.float64) * (torch.rand(20_000, 7, generator=g) < 0.7)
+    w[:, 3] += 1e-3  # every row has weight
+    u = torch.rand(20_000, generator=g, dtype=torch.float64)
+    for old in (_old_sample_rows, _old_batched, _old_kit):
+        assert torch.equal(old(w, u), S.inverse_cdf(w, u)), old.__name__
+    table = S.cdf_table(w)
+    for u in [*table.T, *table.T.nextafter(torch.zeros(()))]:
+        u = u.clamp(max=1 - 2.0 ** -53)
+        assert torch.equal((table <= u[:, None]).sum(-1), S.inverse_cdf(w, u))
+    with pytest.raises(TypeError, match="weights must be a floating-point tensor"):
+        S.inverse_cdf(torch.ones(3, dtype=torch.long), 0.5)
+    with pytest.raises(ValueError, match="weights must have a non-empty last axis"):
+        S.cdf_table(torch.zeros(2, 0))
+
 # --- the statistical core: the honest sampler matches p, the negative controls do not -------------
 N = 400_000  # the post's sample size
 

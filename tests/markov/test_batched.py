@@ -6,6 +6,7 @@ from stats import tv_bound
 import specdec_lib.markov.batched as D
 from specdec_lib.markov.chain import reference_chain, sequence_law, sequence_tv
 from specdec_lib.markov.spec import DecoderSpec
+from specdec_lib.sampling import cdf_table
 
 CH = reference_chain()
 ORIGINAL_RESIDUAL_TABLE = D.residual_table
@@ -121,8 +122,8 @@ def test_no_registered_decoder_logs_tokens_past_the_horizon(mode):
 
 def test_cdf_table_never_draws_zero_mass():
     w = torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0], [1.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 2.0]])
-    cdf = D.cdf_table(w)
-    u = torch.tensor([0.0, 0.2999999, 0.3, 0.9999999999999999])
+    cdf = cdf_table(w)  # the core's table, which every draw of the batched engine reads
+    u = torch.tensor([0.0, 0.2999999, 0.3, 0.9999999999999999], dtype=torch.float64)  # the largest u < 1
     for r, allowed in enumerate([{1, 3}, {0}, {4}]):
         got = D.draw(cdf.T.contiguous(), torch.full((len(u),), r), u)
         assert set(got.tolist()) <= allowed
