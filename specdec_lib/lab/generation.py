@@ -11,8 +11,6 @@ round), and sd.lab.time_terms times those same functions on their own: the clock
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 from .._checks import check_int, check_token_ids
@@ -20,10 +18,10 @@ from ..policy import apply_policy
 from ..telemetry import SpecDecodeLog
 from .accept import accept_block
 from .drafters import as_drafter, draft_block, start_states
-from .steps import GREEDY, Decoding, check_policy, prefill, sample_token, sync
+from .steps import GREEDY, Decoding, check_policy, clock, prefill, sample_token
 
 __all__ = ["Decoding", "GREEDY", "check_policy", "check_prompt", "check_log", "check_decoding", "decode_step",
-           "draft_block", "exact_continuations", "generate_plain", "generate_speculative", "prefill", "sync",
+           "draft_block", "exact_continuations", "generate_plain", "generate_speculative", "prefill",
            "verify_round"]  # draft_block, prefill: as before the move
 
 
@@ -95,12 +93,11 @@ def generate_plain(model, prompt: torch.Tensor, n_new: int, *, decoding: Decodin
     out = prompt.new_empty(n_new)
     last = prompt[-1:]  # (1,)
     for i in range(n_new):
-        t0 = time.perf_counter()
+        t0 = clock()
         last = decode_step(model, cache, last, **policy)  # (1,)
         out[i] = last[0]
         if log is not None:
-            sync(out)
-            log.record_round(0, 1, verify_time=time.perf_counter() - t0)
+            log.record_round(0, 1, verify_time=clock(out) - t0)
     return out
 
 
@@ -131,12 +128,10 @@ def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int
     t_cache, d_state = start_states(target, drafter, prompt)
     n, policy = L, decoding.kwargs()  # committed so far; the policy's keywords, read once
     while n < L + n_new:
-        t0 = time.perf_counter()
+        t0 = clock()
         # draft: catch up on committed tokens it has not read (1, or 2 after a full block), then k proposals
         proposals, q_rows = drafter.propose(d_state, seq, n, k, **policy)
-        if log is not None:  # a clock read needs the draft's work done; without a log, no wait
-            sync(proposals)
-        t1 = time.perf_counter()
+        t1 = clock(proposals if log is not None else None)  # a read that counts waits for the draft; no log, no wait
         block = torch.cat([seq[n - 1:n], proposals])  # (k+1,): the last committed token, then the proposals
         a, nxt = verify_round(target, t_cache, d_state, block, q_rows, n=n, decoding=decoding, drafter=drafter)
         seq[n:n + a] = proposals[:a]
@@ -144,9 +139,7 @@ def generate_speculative(target, draft, prompt: torch.Tensor, n_new: int, k: int
         emitted = min(a + 1, L + n_new - n)
         n += a + 1
         if log is not None:
-            sync(seq)
-            t2 = time.perf_counter()
-            log.record_round(a, emitted, draft_time=t1 - t0, verify_time=t2 - t1)
+            log.record_round(a, emitted, draft_time=t1 - t0, verify_time=clock(seq) - t1)
     return seq[L:L + n_new].clone()
 
 

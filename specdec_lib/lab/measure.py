@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from ..verification import METHODS
 from .drafters import NeuralDraft, as_drafter, start_states
 from .generation import Decoding, decode_step, generate_plain, generate_speculative, verify_round
 from .speedup_table import PairTerms, SpeedupTable, VerifierRun, VerifierTotals, summarize
-from .steps import check_policy, prefill, sync
+from .steps import check_policy, clock, prefill
 
 __all__ = ["SpeedupTable", "VerifierRun", "MeasurePlan", "measure_speedup", "time_terms", "time_catch_up",
            "median_times"]
@@ -49,11 +48,9 @@ def median_times(fns, reps: int, device_of: torch.Tensor, before=None) -> list[f
         for fn, prep, ts in zip(fns, before, times):
             if prep is not None:
                 prep()
-            sync(device_of)
-            t0 = time.perf_counter()
+            t0 = clock(device_of)
             fn()
-            sync(device_of)
-            ts.append(time.perf_counter() - t0)
+            ts.append(clock(device_of) - t0)
     return [statistics.median(ts) for ts in times]
 
 

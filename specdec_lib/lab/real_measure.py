@@ -14,7 +14,6 @@ them.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +24,7 @@ from ..telemetry import SpecDecodeLog
 from .generation import Decoding, generate_plain, generate_speculative
 from .measure import time_terms
 from .recorded_terms import RunRepeat, summarise_repeats
+from .steps import clock
 
 __all__ = ["DRAFT_KINDS", "HF_MODES", "Decoded", "RunResult", "decode_plain", "measure_run", "combine_repeats",
            "first_divergence", "hf_generate"]
@@ -88,9 +88,9 @@ def decode_plain(target, prompt: torch.Tensor, n_new: int, *, decoding: Decoding
     """generate_plain with a log: the reference tokens and seconds per token of a configuration."""
     log = SpecDecodeLog(k=0, policy="greedy" if decoding.temperature == 0 else "sample",
                         temperature=decoding.temperature)
-    t0 = time.perf_counter()
+    t0 = clock()
     tokens = generate_plain(target, prompt, n_new, decoding=decoding, log=log)
-    return Decoded(tokens, _per_token(log), time.perf_counter() - t0, log)
+    return Decoded(tokens, _per_token(log), clock(tokens) - t0, log)
 
 
 def first_divergence(a: torch.Tensor, b: torch.Tensor) -> int | None:
@@ -119,9 +119,9 @@ def measure_run(target, drafter, prompt: torch.Tensor, k: int, *, plain: Decoded
     n_new = plain.tokens.numel()
     log = SpecDecodeLog(k=k, policy="greedy" if decoding.temperature == 0 else "sample",
                         temperature=decoding.temperature)
-    t0 = time.perf_counter()
+    t0 = clock()
     tokens = generate_speculative(target, drafter, prompt, n_new, k, decoding=decoding, log=log)
-    spec = Decoded(tokens, _per_token(log), time.perf_counter() - t0, log)
+    spec = Decoded(tokens, _per_token(log), clock(tokens) - t0, log)
     s = log.summary()
     c_d, c_v, e_n = D / (k * T_1), V / T_1, s.tokens / s.rounds
     greedy = decoding.temperature == 0
@@ -147,14 +147,14 @@ def combine_repeats(results: list[RunResult], k: int) -> RunResult:
                                equal_to_plain=None if None in flags else all(flags))
 
 
-class _Clock:
+class _Arrivals:
     """A transformers streamer that only reads the clock: when each put (the prompt, then each step's tokens) came."""
 
     def __init__(self):
         self.times, self.counts = [], []
 
     def put(self, value: torch.Tensor) -> None:
-        self.times.append(time.perf_counter())
+        self.times.append(clock())
         self.counts.append(value.numel())
 
     def end(self) -> None:
@@ -190,8 +190,8 @@ def hf_generate(target, prompt: torch.Tensor, n_new: int, *, mode: str = "plain"
         extra["assistant_model"] = draft.model
     elif mode == "lookup":
         config.prompt_lookup_num_tokens, config.max_matching_ngram_size = k, check_int("m", m, minimum=1)
-    clock = _Clock()
-    t0 = time.perf_counter()
+    arrivals = _Arrivals()
+    t0 = clock()
     out = target.model.generate(prompt[None], generation_config=config, attention_mask=torch.ones_like(prompt[None]),
-                                streamer=clock, **extra)
-    return out[0, prompt.numel():], time.perf_counter() - t0, clock.per_token()
+                                streamer=arrivals, **extra)
+    return out[0, prompt.numel():], clock(out) - t0, arrivals.per_token()

@@ -1,6 +1,7 @@
 """Lab: the hot-path pieces every decoder and draft shares: the policy's rows, one token choice, a prefilled cache."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -76,3 +77,10 @@ def sync(x: torch.Tensor) -> None:
     """Wait for queued GPU work, so that a clock read after it measures it (no-op on the CPU)."""
     if x.is_cuda:
         torch.cuda.synchronize(x.device)
+
+
+def clock(x: torch.Tensor | None = None) -> float:
+    """The lab's one timer: perf_counter seconds, read once x's device has done its queued work (x None: at once)."""
+    if x is not None:
+        sync(x)
+    return time.perf_counter()

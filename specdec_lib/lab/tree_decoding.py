@@ -11,7 +11,6 @@ cache then keeps the accepted path's slots only (KVCache.keep), moved to where a
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +24,7 @@ from ..telemetry import SpecDecodeLog
 from .features import FeatureTarget
 from .generation import check_decoding, check_log, check_prompt
 from .hf_causal_lm import HFCausalLM
-from .steps import GREEDY, Decoding, policy_probs, prefill, sync
+from .steps import GREEDY, Decoding, clock, policy_probs, prefill
 from .transformer import CachedLM
 from .tree_attention import FlatTree, check_flat_tree, tree_layout
 
@@ -151,11 +150,9 @@ def generate_tree(target, drafter, prompt: torch.Tensor, n_new: int, widths=None
     state = drafter.start(prompt, cache)
     n, policy, observe = L, decoding.kwargs(), getattr(drafter, "observe", None)
     while n < L + n_new:
-        t0 = time.perf_counter()
+        t0 = clock()
         draft = drafter.propose_tree(state, seq, n, widths, draws=verifier.draws, **policy)
-        if log is not None:
-            sync(draft.tree.tokens)
-        t1 = time.perf_counter()
+        t1 = clock(draft.tree.tokens if log is not None else None)  # a read that counts waits for the draft
         path, token, logits = tree_round(target, cache, draft, seq[n - 1:n], n=n, decoding=decoding,
                                          verifier=verifier)
         if observe is not None:
@@ -166,6 +163,5 @@ def generate_tree(target, drafter, prompt: torch.Tensor, n_new: int, widths=None
         emitted = min(a + 1, L + n_new - n)
         n += a + 1
         if log is not None:
-            sync(seq)
-            log.record_round(a, emitted, draft_time=t1 - t0, verify_time=time.perf_counter() - t1)
+            log.record_round(a, emitted, draft_time=t1 - t0, verify_time=clock(seq) - t1)
     return seq[L:L + n_new].clone()

@@ -188,3 +188,36 @@ def test_measure_speedup_takes_any_drafter(tiny, kind):
     assert T_1 > 0 and min(D + V) > 0
     one = MeasurePlan(n_new=4, repeats=1, reps=1)
     assert sd.lab.measure_speedup(target, tiny[1], PROMPTS, [1], plan=one).draft == "draft"
+
+
+def test_every_phase_is_timed_by_the_one_clock(tiny, monkeypatch):
+    """The log's times are differences of sd.lab.steps.clock's reads: a fake clock that ticks 1 s a read gives
+    generate_plain 1 s a token, a speculative round 1 s of draft and 1 s of verification, and median_times 1 s."""
+    import specdec_lib.lab.generation as generation
+    import specdec_lib.lab.measure as measure
+
+    ticks = iter(range(10_000))
+    reads = []
+
+    def fake(x=None):
+        reads.append(x)
+        return float(next(ticks))
+
+    monkeypatch.setattr(generation, "clock", fake)
+    monkeypatch.setattr(measure, "clock", fake)
+    target, draft = tiny
+    prompt = torch.tensor([1, 2, 3])
+    plain = sd.telemetry.SpecDecodeLog(k=0)
+    sd.lab.generate_plain(target, prompt, 5, log=plain)
+    assert plain.summary().verify_time == 5.0 and plain.summary().tokens == 5
+    spec = sd.telemetry.SpecDecodeLog(k=2)
+    sd.lab.generate_speculative(target, draft, prompt, 6, 2, log=spec)
+    s = spec.summary()
+    assert s.draft_time == s.rounds and s.verify_time == s.rounds  # t0, t1 (after the draft), then the end
+    # a round's start reads at once; the reads that end a phase wait for its device's work
+    assert [x is None for x in reads[:10]] == [True, False] * 5
+    assert [x is None for x in reads[10:]] == [True, False, False] * s.rounds
+    assert measure.median_times([lambda: None], 3, prompt) == [1.0]
+    reads.clear()
+    sd.lab.generate_speculative(target, draft, prompt, 6, 2)  # no log: no read waits for the device
+    assert reads and all(x is None for x in reads)
