@@ -249,7 +249,7 @@ def verify_one_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torc
     read = torch.cat([p, eta[0]]).tolist()  # one transfer
     weight, eta = read[:k + 1], read[k + 1:]
     if k == 0 or eta[k - 1] < weight[k]:  # the last row passes (h_k = p_k): tau = k, the bonus row, no Z_i needed
-        return k, sample_rows(p_rows[k][None], generator)[0]  # a (1, 1) uniform, as the batch draws it
+        return k, sample_rows(p_rows[k][None], generator)[0]  # its own uniform, drawn as the batch draws it
     m = next((i for i in range(1, k) if weight[i] <= 0), k)  # rows m .. k-1 have p_i = 0, so h_i = 0: none passes
     owed = owed_rows(p[:m, None], p_rows[:m], q_rows[:m])  # (m, V) rows 0 .. m-1; row i sums to Z_i
     z = owed.sum(-1)  # (m,)

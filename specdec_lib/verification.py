@@ -59,7 +59,7 @@ def verify_one(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tens
     ok = _tests(p_rows[None], q_rows[None], proposals[None], generator)[0].tolist()  # k outcomes, one transfer
     a = next((j for j, passed in enumerate(ok) if not passed), k)
     r = p_rows[k] if a == k else residual_weights(p_rows[a], q_rows[a])  # (V,) the bonus row is p itself
-    return a, sample_rows(r[None], generator)[0]  # 0-d; its own uniform, (1, 1) as the batch draws it
+    return a, sample_rows(r[None], generator)[0]  # 0-d; its own uniform, drawn as the batch draws it
 
 
 def _tests(p_rows, q_rows, proposals, generator) -> torch.Tensor:

@@ -12,7 +12,7 @@ proposals, source, keys) reads its own uniforms, source(seed (n,), counter (n, w
 (randomness_probes.Keys) say each row's request seed, absolute position and round: where the coins come from is
 then part of what is tested. sd.verify_blocks takes a torch.Generator, not uniforms: `library_verifier` replays
 the coins through the generator's draws (torch.rand, called with that generator, returns the kit's tape in the
-order the library draws: the tests (n, k), then the final draw (n, 1); any other order raises).
+order the library draws: the tests (n, k), then the final draw (n,); any other order raises).
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ import torch
 
 from .._checks import check_choice, check_int
 from ..block_verification import block_weights
+from ..sampling import accept_ratio
 from .randomness_probes import (
     GRID,
     ROUNDS_GRID,
@@ -131,7 +132,8 @@ def _kept(case, y, method, coin) -> int:
     """Proposals a correct rule keeps when every coin is `coin`: tests pass iff coin < threshold."""
     k = y.shape[0]
     if method == "token":
-        ratio = [min(1.0, (case.p[j, y[j]] / case.q[j, y[j]]).item()) for j in range(k)]
+        rows = torch.arange(k)
+        ratio = accept_ratio(case.p[rows, y], case.q[rows, y]).tolist()  # the token rule's min(1, p(y) / q(y))
         return next((j for j in range(k) if not coin < ratio[j]), k)
     h = block_weights(case.p, case.q, y).h.tolist()
     return max([0] + [i + 1 for i in range(k) if coin < h[i]])

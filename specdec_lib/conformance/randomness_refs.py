@@ -2,7 +2,7 @@
 
 `library_verifier` feeds sd.verify_blocks / sd.verify_block explicit coins: torch.rand, called with the
 adapter's own generator, returns the kit's tape in the order the library draws (the tests (n, k), then the final
-draw (n, 1)); any other order raises, so a change in the library's draws cannot go unseen. `keyed_by_step` keys a
+draw (n,)); any other order raises, so a change in the library's draws cannot go unseen. `keyed_by_step` keys a
 uniforms verifier as a per-request generator would (fresh coins every round), `keyed_by_position` as vLLM Model
 Runner V2 does (u(seed, position)), `batch_stream` as vLLM did before PR #6034 (one stream for the whole batch).
 Each broken reference models one source (randomness.py's citations say which) with explicit coins.
@@ -43,12 +43,12 @@ def library_verifier(method: str = "token", *, one_block: bool = False):
     def verify(p, q, proposals, coins, final):
         g, n = torch.Generator(), proposals.shape[0]
         if not one_block:
-            draws = [coins.double(), final.double()[:, None]]
+            draws = [coins.double(), final.double()]
             with _tape(g, draws):
                 v = verify_blocks(p, q, proposals, g, method=method)
             accepted, tokens = v.accepted, v.tokens
         else:
-            draws = [d for i in range(n) for d in (coins[i:i + 1].double(), final[i:i + 1].double()[:, None])]
+            draws = [d for i in range(n) for d in (coins[i:i + 1].double(), final[i:i + 1].double())]
             with _tape(g, draws):
                 out = [verify_block(p[i], q[i], proposals[i], g, method=method) for i in range(n)]
             accepted = torch.tensor([v.accepted for v in out], dtype=torch.long)
