@@ -1,4 +1,4 @@
-"""The transformers audit's helpers: tiny random Llamas built from a config, their exact law by teacher forcing,
+"""The transformers audit's helpers: tiny random Llamas (surface.tiny_model), their exact law by teacher forcing,
 generate() sampled from an explicit generator, and greedy speculation against plain greedy; and the bridge to the
 sampling surface (surface.Settings as a GenerationConfig, a model as a context -> logits callable, one generate()
 sample as tokens and logprobs), with generate()'s own processors and speculative rounds for hf_surface's audit.
@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from .._checks import check_choice, check_generator, check_int, check_real
+from ..surface.tiny_model import TinyConfig, offline_transformers, tiny_causal_lm
 
 __all__ = ["V", "HORIZON", "PROMPT", "quiet", "tiny_llama", "tiny_pair", "exact_law", "sample_config", "sampled_law",
            "greedy_prompts", "greedy_mismatches", "context_logits", "generation_kwargs", "generation_config",
@@ -25,20 +25,15 @@ __all__ = ["V", "HORIZON", "PROMPT", "quiet", "tiny_llama", "tiny_pair", "exact_
 
 V, HORIZON = 4, 3  # the audit's vocabulary and horizon: 4^3 = 64 outcomes
 PROMPT = (1, 2)
-
-
-def _transformers():
-    """The transformers module, imported offline."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import transformers
-
-    return transformers
+# tiny_llama's shape: no BOS and no EOS token (generate() runs every sample to its length), pad 0
+_TINY_LLAMA = TinyConfig("llama", vocab=V, hidden=16, intermediate=32, heads=2, kv_heads=2, max_positions=32,
+                         tokens=(("bos_token_id", None), ("eos_token_id", None), ("pad_token_id", 0)))
 
 
 @contextlib.contextmanager
 def quiet():
     """transformers' own logging at error level while inside (its assisted path warns about its internal calls)."""
-    logging = _transformers().utils.logging
+    logging = offline_transformers().utils.logging
     level = logging.get_verbosity()
     logging.set_verbosity_error()
     try:
@@ -48,21 +43,10 @@ def quiet():
 
 
 def tiny_llama(seed: int, *, layers: int = 2, head_scale: float = 40.0, vocab: int = V):
-    """A randomly initialised Llama over `vocab` tokens, its head scaled so next-token laws are peaked."""
-    seed = check_int("seed", seed, minimum=0)
-    layers = check_int("layers", layers, minimum=1)
-    head_scale = check_real("head_scale", head_scale, low=0.0, low_open=True)
-    vocab = check_int("vocab", vocab, minimum=2)
-    tf = _transformers()
-    cfg = tf.LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32, bos_token_id=None,
-                         eos_token_id=None, pad_token_id=0, tie_word_embeddings=False)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = tf.LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(head_scale)
-    return model
+    """A Llama over `vocab` tokens (hidden 16, transformers' own init from seed), its head scaled so next-token laws
+    are peaked: surface.tiny_causal_lm."""
+    config = replace(_TINY_LLAMA, layers=layers, vocab=vocab)
+    return tiny_causal_lm(config, seed=seed, init="transformers", head_scale=head_scale)
 
 
 def tiny_pair():
@@ -94,7 +78,7 @@ def exact_law(model, *, prompt=PROMPT, horizon: int = HORIZON) -> torch.Tensor:
 def sample_config(**kw):
     """A GenerationConfig that samples the raw softmax (no top-k, no top-p) for HORIZON new tokens, unless kw says."""
     base = {"max_new_tokens": HORIZON, "top_k": None, "top_p": None, "temperature": 1.0, "pad_token_id": 0, **kw}
-    return _transformers().GenerationConfig(**base)
+    return offline_transformers().GenerationConfig(**base)
 
 
 def sampled_law(target, num_samples: int, generator: torch.Generator, *, prompt=PROMPT,
@@ -122,7 +106,7 @@ def greedy_prompts(num_prompts: int = 12, *, length: int = 6, vocab: int = V, se
 
 def greedy_mismatches(target, prompts: list[torch.Tensor], *, new_tokens: int = 10, **speculation) -> list[int]:
     """Indices of the prompts where greedy generate(**speculation) differs from plain greedy, token for token."""
-    tf = _transformers()
+    tf = offline_transformers()
     plain = tf.GenerationConfig(max_new_tokens=check_int("new_tokens", new_tokens, minimum=1), do_sample=False,
                                 pad_token_id=0)
     fast = tf.GenerationConfig(max_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
@@ -180,7 +164,7 @@ def generation_config(settings, *, k: int | None = None, method: str = "assisted
     processed scores too (return_dict_in_generate, output_scores: the reported logprobs)."""
     if not isinstance(scores, bool):
         raise TypeError(f"scores must be a bool, got {type(scores).__name__}")
-    config = _transformers().GenerationConfig(**generation_kwargs(settings, k=k, method=method))
+    config = offline_transformers().GenerationConfig(**generation_kwargs(settings, k=k, method=method))
     if scores:
         config.return_dict_in_generate, config.output_scores = True, True
     return config
@@ -240,7 +224,7 @@ def plain_processors(model, prompt, config):
 @contextlib.contextmanager
 def recorded_rounds(log: list):
     """While inside, every get_candidates of the assistant and of prompt lookup appends (input length, candidates)."""
-    cg = _transformers().generation.candidate_generator
+    cg = offline_transformers().generation.candidate_generator
     classes = (cg.AssistedCandidateGenerator, cg.PromptLookupCandidateGenerator)
     originals = [c.__dict__["get_candidates"] for c in classes]
 

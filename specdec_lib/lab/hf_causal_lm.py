@@ -7,20 +7,20 @@ gives a transformers `AutoModelForCausalLM` exactly that: its cache is a Dynamic
 (`keep`, as KVCache.keep), so sd.lab.generate_tree runs on it too (lookahead, a tree of one-hot guesses). HFLayers
 runs the decoder a range of layers at a time, so sd.lab.early_exit shares one DynamicCache between the model and its
 first layers. Nothing in the decoders knows which model it runs.
-transformers is imported lazily (tiny_hf_model), so the lab imports without it.
+transformers is imported lazily (HFCache, surface.tiny_causal_lm behind tiny_hf_model), so the lab imports without it.
 """
 from __future__ import annotations
 
 import torch
 
 from .._checks import check_choice, check_int
+from ..surface.tiny_model import ARCHES, TinyConfig, tiny_causal_lm
 from .early_exit import causal_mask
 from .transformer import check_kept_slots
 
 __all__ = ["ARCHES", "MATMUL_PATHS", "HFCache", "HFCausalLM", "HFLayers", "set_matmul", "early_exit_lm",
            "tiny_hf_model"]
 
-ARCHES = ("qwen2", "llama")  # the architectures tiny_hf_model builds (the real pair is Qwen2)
 MATMUL_PATHS = ("default", "onednn")  # set_matmul: torch's default CPU kernels, or oneDNN linear layers (fp32)
 
 
@@ -238,20 +238,7 @@ def early_exit_lm(lm: HFCausalLM, exit_layer: int) -> HFCausalLM:
 
 def tiny_hf_model(arch: str = "qwen2", *, vocab: int = 64, seed: int = 0, layers: int = 2,
                   dtype=torch.float32) -> HFCausalLM:
-    """A randomly initialised causal LM of the given architecture (ARCHES), 2 layers by default, for tests: no
-    download."""
-    arch = check_choice("arch", arch, ARCHES)
-    vocab, layers = check_int("vocab", vocab, minimum=2), check_int("layers", layers, minimum=1)
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
-
-    kind = {"qwen2": Qwen2Config, "llama": LlamaConfig}[arch]
-    config = kind(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
-    g = torch.Generator().manual_seed(check_int("seed", seed, minimum=0))
-    with torch.random.fork_rng(devices=[]):  # from_config's own init draws from the global generator: restore it
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    with torch.no_grad():
-        for p in model.parameters():  # every weight and bias from g (norm scales stay 1): peaked, seed-determined rows
-            if p.dim() >= 2 or not torch.all(p == 1):
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return HFCausalLM(model, name=f"tiny-{arch}")
+    """surface.tiny_causal_lm of the given architecture (ARCHES; hidden 32, every weight from N(0, 0.3^2) by seed),
+    2 layers by default, as an HFCausalLM, for tests: no download."""
+    config = TinyConfig(arch, vocab=vocab, layers=layers)
+    return HFCausalLM(tiny_causal_lm(config, seed=seed, init="normal", dtype=dtype), name=f"tiny-{arch}")
