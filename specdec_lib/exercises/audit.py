@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 from ..markov.registry import MODES
-from ..sampling import sample_rows
+from ..sampling import residual_weights, sample_rows
 from ..verification import accepted_prefix, commit_tokens
 from ._report import Grade, Stop, call, run
 
@@ -39,11 +39,6 @@ def _finish(p, proposals, accepted, fix_weights, generator, *, written=None):
     return commit_tokens(proposals, accepted if written is None else written, torch.where(accepted < k, fix, bonus))
 
 
-def _residual(p_row: torch.Tensor, q_row: torch.Tensor) -> torch.Tensor:
-    r = (p_row - q_row).clamp(min=0)  # (n, V)
-    return torch.where(r.sum(-1, keepdim=True) > 0, r, p_row)  # an empty residual is never read; keep it drawable
-
-
 def suspect_a(p, q, proposals, generator=None):
     """Vendor A: accept while u < p/q, else draw from the residual."""
     _check("A", p, q, proposals)
@@ -52,7 +47,7 @@ def suspect_a(p, q, proposals, generator=None):
     ratio = _at(p[:, 1:], proposals) / _at(q, proposals)  # (n, k)
     accepted = accepted_prefix(u < ratio)
     slot, rows = accepted.clamp(max=k - 1), torch.arange(n)
-    return accepted, _finish(p, proposals, accepted, _residual(p[rows, slot + 1], q[rows, slot]), generator)
+    return accepted, _finish(p, proposals, accepted, residual_weights(p[rows, slot + 1], q[rows, slot]), generator)
 
 
 def suspect_b(p, q, proposals, generator=None):
@@ -62,7 +57,7 @@ def suspect_b(p, q, proposals, generator=None):
     u = torch.rand(n, k, dtype=torch.float64, generator=generator)
     accepted = accepted_prefix(u * _at(q, proposals) < _at(p[:, :k], proposals))
     slot, rows = accepted.clamp(max=k - 1), torch.arange(n)
-    return accepted, _finish(p, proposals, accepted, _residual(p[rows, slot], q[rows, slot]), generator)
+    return accepted, _finish(p, proposals, accepted, residual_weights(p[rows, slot], q[rows, slot]), generator)
 
 
 def suspect_c(p, q, proposals, generator=None):
@@ -98,7 +93,7 @@ def suspect_e(p, q, proposals, generator=None):
     accepted = accepted_prefix(u < _at(p[:, :k], proposals) / _at(q, proposals))
     slot, rows = accepted.clamp(max=k - 1), torch.arange(n)
     written = torch.where(accepted < k, accepted + 1, accepted)  # (n,) proposals written out, at most k
-    return accepted, _finish(p, proposals, accepted, _residual(p[rows, slot], q[rows, slot]), generator,
+    return accepted, _finish(p, proposals, accepted, residual_weights(p[rows, slot], q[rows, slot]), generator,
                              written=written)
 
 

@@ -5,7 +5,7 @@ import functools
 
 import torch
 
-from ..block_verification import block_weights
+from ..block_verification import block_weights, owed_rows, pass_chances
 from ..markov.chain import reference_chain
 from ..markov.registry import MODES
 from ..markov.verifier_map import VERIFIERS, Drafter, Fit, fit
@@ -60,15 +60,12 @@ def _gathered(p_rows, q_rows, proposals):
 
 
 def _h_from(p_rows, q_rows, running, *, weighted=True, shift=0):
-    """h_i = Z_i / (Z_i + 1 - pi_i) for i < k (1 where that is 0/0), h_k = pi_k, from a running p (k+1,)."""
+    """h (k,) from a running p (k+1,) by the core's Z_i (owed_rows) and h_i (pass_chances), fed what a mistake feeds
+    them: weighted=False drops the pi_i weight of Z_i, shift=1 reads the rows that judged X_i."""
     k = q_rows.shape[0]
-    hs = []
-    for i in range(1, k):
-        row = i - shift  # the rows after X_i (shift 1: the rows that judged X_i)
-        z = ((running[i] if weighted else 1.0) * p_rows[row] - q_rows[row]).clamp(min=0).sum()
-        den = z + 1 - running[i]
-        hs.append(z / den if den > 0 else torch.ones((), dtype=torch.float64))
-    return torch.stack([*hs, running[k]])
+    rows = slice(1 - shift, k - shift)  # the rows after X_1 .. X_{k-1} (shift 1: the rows that judged them)
+    z = owed_rows(running[1:k, None] if weighted else 1.0, p_rows[rows], q_rows[rows]).sum(-1)  # (k-1,)
+    return pass_chances(z, running)
 
 
 def h_mistake(name: str, p_rows, q_rows, proposals) -> torch.Tensor:
@@ -118,7 +115,7 @@ def free_rows(p_rows, q_rows, proposals) -> torch.Tensor:
     """(k,) True where Z_i + 1 - pi_i = 0: P_{i+1} = Q_{i+1}, a later row passes for sure, h_i does not matter."""
     p = block_weights(p_rows, q_rows, proposals).p
     k = proposals.shape[-1]
-    z = (p[1:k, None] * p_rows[1:k] - q_rows[1:k]).clamp(min=0).sum(-1)
+    z = owed_rows(p[1:k, None], p_rows[1:k], q_rows[1:k]).sum(-1)  # (k-1,) Z_1 .. Z_{k-1}
     return torch.cat([(z + (1 - p[1:k])) == 0, torch.zeros(1, dtype=torch.bool)])
 
 

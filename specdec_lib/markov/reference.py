@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .._checks import check_distribution, check_generator, check_int
-from ..sampling import inverse_cdf
+from ..sampling import inverse_cdf, residual_weights
 from . import semantics as sem
 from .draft_rules import ngram_proposals
 from .registry import make_decoder
@@ -44,7 +44,7 @@ def speculative_decode(P: torch.Tensor, Q: torch.Tensor, *, start: int, horizon:
                 before = y
                 continue
             # 3a. the first rejection ends the block: its token is drawn from the residual [p - q]_+
-            token = int(inverse_cdf((p - q).clamp(min=0), u[2 * k]))
+            token = int(inverse_cdf(residual_weights(p, q), u[2 * k]))
             props = props[:j]
             break
         # 3b. all k accepted: the bonus token, from the target's row after the last proposal
