@@ -20,13 +20,13 @@ import sys
 import time
 
 import torch
+from real_tasks import task_prompt, tiny_task_prompt  # beside this script
 
 import specdec_lib as sd
 from specdec_lib.lab.generation import Decoding
 from specdec_lib.lab.hf_causal_lm import early_exit_lm, set_matmul, tiny_hf_model
 from specdec_lib.lab.measure import MeasurePlan
 from specdec_lib.lab.real_measure import decode_plain, measure_run
-from specdec_lib.lab.real_tasks import task_prompt, tiny_task_prompt
 from specdec_lib.lab.recordings import SCHEMAS
 
 TASKS = ("code", "edit")

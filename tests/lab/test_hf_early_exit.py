@@ -143,7 +143,7 @@ def test_an_early_exit_reads_the_first_layers_through_the_norm_and_head_and_leav
 
 
 @pytest.mark.heavy
-def test_the_real_target_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
+def test_the_real_target_benchmark_runs_on_a_tiny_model(tmp_path, capsys, monkeypatch):
     """benchmarks/measure_real_self.py --tiny: every run printed and written as the reader reads it, greedy exact."""
     import importlib.util
     import pathlib
@@ -151,6 +151,7 @@ def test_the_real_target_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
     from specdec_lib.lab.recordings import load_recording
 
     path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "measure_real_self.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # its real_tasks sits beside it
     spec = importlib.util.spec_from_file_location("measure_real_self", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -1,4 +1,5 @@
-"""Lab: the three task families the real pair is measured on, as prompts (token ids) for a tokenizer or a tiny vocab.
+"""The three task families the real pair is measured on (`make measure-real`, `make measure-real-self`), as prompts
+(token ids) for a tokenizer or a tiny vocab.
 
 code   continue a Python module (free generation in a familiar register: a draft model guesses well, lookup less)
 prose  write English prose (no copying: lookup's proposals are mostly wrong)
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from .._checks import check_choice, check_int
+from specdec_lib._checks import check_choice, check_int
+from specdec_lib.lab.corpus import corpus
+from specdec_lib.lab.ngram import build_sparse_ngram
 
 __all__ = ["TASKS", "task_text", "task_prompt", "tiny_task_prompt", "token_table"]
 
@@ -111,9 +114,6 @@ def tiny_task_prompt(task: str, vocab: int, *, length: int = 24, seed: int = 0) 
 
 def token_table(tokenizer, vocab: int, *, max_bytes: int = 2_000_000, order: int = 3):
     """A tokenizer's table draft: the sparse n-gram table of the lab's training corpus (first max_bytes), tokenized."""
-    from .corpus import corpus
-    from .ngram import build_sparse_ngram
-
     text = bytes(corpus("train")[:check_int("max_bytes", max_bytes, minimum=1)].tolist()).decode("utf-8", "ignore")
     ids = torch.tensor(tokenizer(text)["input_ids"], dtype=torch.long)
     return build_sparse_ngram(ids, vocab, order)
