@@ -26,6 +26,7 @@ import sys
 import time
 
 import torch
+from hf_generate import hf_generate  # beside this script
 from real_tasks import TASKS, task_prompt, tiny_task_prompt, token_table  # beside this script
 from tqdm.auto import tqdm
 
@@ -33,7 +34,7 @@ import specdec_lib as sd
 from specdec_lib.lab.generation import Decoding
 from specdec_lib.lab.hf_causal_lm import set_matmul, tiny_hf_model
 from specdec_lib.lab.numerics import block_vs_incremental
-from specdec_lib.lab.real_measure import combine_repeats, decode_plain, hf_generate, measure_run
+from specdec_lib.lab.real_measure import combine_repeats, decode_plain, measure_run
 from specdec_lib.lab.recorded_terms import repeats_table
 from specdec_lib.lab.recordings import SCHEMAS, load_recording
 

@@ -4,9 +4,8 @@ For a target, a drafter, a prompt, k and a Decoding: the plain run (generate_pla
 prompt's own caches (time_terms: T_1, D(k), V(k)), then the speculative run (generate_speculative with a log). The
 measured speedup is plain seconds per token over speculative seconds per token, both from the loops' own round
 timers (prefill excluded, as in `make measure`); the predicted one is E[N] / (k c_d + c_v(k)) from the measured terms.
-Greedy runs are also checked token for token against the plain run. hf_generate runs transformers' own `generate`
-(plain, assisted by a draft model, or prompt lookup) for the side-by-side ratio: its seconds per token after the
-first step (a streamer reads the clock), against ours by the round timers; both leave the prefill out.
+Greedy runs are also checked token for token against the plain run (benchmarks/hf_generate.py times transformers'
+own `generate` beside them).
 combine_repeats folds repeats of one configuration into one result: the medians, the prediction from the median
 terms, and each repeat's own terms (recorded_terms.summarise_repeats), as `make measure-real --repeats R` records
 them.
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .._checks import check_choice, check_int
+from .._checks import check_int
 from ..cost import cost_equation
 from ..telemetry import SpecDecodeLog
 from .generation import Decoding, generate_plain, generate_speculative
@@ -26,11 +25,10 @@ from .measure import time_terms
 from .recorded_terms import RunRepeat, summarise_repeats
 from .steps import clock
 
-__all__ = ["DRAFT_KINDS", "HF_MODES", "Decoded", "RunResult", "decode_plain", "measure_run", "combine_repeats",
-           "first_divergence", "hf_generate"]
+__all__ = ["DRAFT_KINDS", "Decoded", "RunResult", "decode_plain", "measure_run", "combine_repeats",
+           "first_divergence"]
 
 DRAFT_KINDS = ("model", "lookup", "table")  # a draft network, prompt lookup, a token n-gram table
-HF_MODES = ("plain", "assistant", "lookup")  # transformers' generate alone, assistant_model=, prompt_lookup_num_tokens=
 
 
 @dataclass(frozen=True)
@@ -145,53 +143,3 @@ def combine_repeats(results: list[RunResult], k: int) -> RunResult:
     divs = [r.first_divergence for r in results if r.first_divergence is not None]
     return dataclasses.replace(results[0], **summary, repeats=repeats, first_divergence=min(divs, default=None),
                                equal_to_plain=None if None in flags else all(flags))
-
-
-class _Arrivals:
-    """A transformers streamer that only reads the clock: when each put (the prompt, then each step's tokens) came."""
-
-    def __init__(self):
-        self.times, self.counts = [], []
-
-    def put(self, value: torch.Tensor) -> None:
-        self.times.append(clock())
-        self.counts.append(value.numel())
-
-    def end(self) -> None:
-        pass
-
-    def per_token(self) -> float:
-        """Seconds per token after the first step (which holds the prefill), as our round timers count."""
-        after = sum(self.counts[2:])  # counts[0] is the prompt, counts[1] the first step's tokens
-        return (self.times[-1] - self.times[1]) / after if after else float("nan")
-
-
-@torch.inference_mode()
-def hf_generate(target, prompt: torch.Tensor, n_new: int, *, mode: str = "plain", k: int = 4, draft=None,
-                m: int = 3) -> tuple[torch.Tensor, float, float]:
-    """(tokens (n_new,), whole-call seconds, seconds per token after the first step) of transformers' greedy generate.
-
-    mode "assistant" proposes k tokens a round with draft's model (a constant schedule, no confidence stop, so
-    the same k as ours); "lookup" is prompt_lookup_num_tokens=k, max_matching_ngram_size=m. EOS never stops it
-    (eos_token_id=None), as our loop never stops.
-    """
-    from transformers import GenerationConfig
-
-    mode = check_choice("mode", mode, HF_MODES)
-    n_new, k = check_int("n_new", n_new, minimum=1), check_int("k", k, minimum=1)
-    config = GenerationConfig(max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False, eos_token_id=None,
-                              pad_token_id=0)
-    extra = {}
-    if mode == "assistant":
-        if draft is None:
-            raise ValueError("mode 'assistant' needs draft (an HFCausalLM), got None")
-        gc = draft.model.generation_config
-        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = k, "constant", 0
-        extra["assistant_model"] = draft.model
-    elif mode == "lookup":
-        config.prompt_lookup_num_tokens, config.max_matching_ngram_size = k, check_int("m", m, minimum=1)
-    arrivals = _Arrivals()
-    t0 = clock()
-    out = target.model.generate(prompt[None], generation_config=config, attention_mask=torch.ones_like(prompt[None]),
-                                streamer=arrivals, **extra)
-    return out[0, prompt.numel():], clock(out) - t0, arrivals.per_token()

@@ -14,11 +14,12 @@ import specdec_lib as sd
 from specdec_lib.lab.generation import Decoding, generate_plain
 from specdec_lib.lab.hf_causal_lm import tiny_hf_model
 from specdec_lib.lab.numerics import block_vs_incremental
-from specdec_lib.lab.real_measure import combine_repeats, decode_plain, first_divergence, hf_generate, measure_run
+from specdec_lib.lab.real_measure import combine_repeats, decode_plain, first_divergence, measure_run
 from specdec_lib.lab.recorded_terms import round_counts
 from specdec_lib.lab.recordings import RealRun
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))  # as the benchmarks find it
+from hf_generate import hf_generate  # noqa: E402
 from real_tasks import TASKS, task_text, tiny_task_prompt  # noqa: E402
 
 V = 300
