@@ -10,9 +10,9 @@ core (this folder, torch only)   _checks, sampling, policy, noise, verification,
   Act II   verification, noise    a block of k proposals verified; how far exact samples land by chance
   Act III  accounting             tokens retired per block; survivor statistics; the Bayes curve
   Act IV   cost, telemetry        the speedup equation and best k; what to log
-  Act V    multidraft             many drafts at one position: every rule's exact law and sampler
-  Act VI   block_verification     the k drafts judged together: block verification and its known wrong port;
-           multidraft_optimum     the most any exact verifier can keep of many drafts
+  Act V    multidraft             many drafts at one position: every rule's exact law and sampler, and (Act VI)
+                                  the most any exact verifier can keep of them
+  Act VI   block_verification     the k drafts judged together: block verification and its known wrong port
 surface/ (imports core)           02d: generation with the whole sampling surface (penalties, processors, a grammar,
                                   EOS, max_new_tokens, logprobs), plain and speculative, their exact laws, the
                                   loop's registered variants (the field guide's sampling-surface chapter)
@@ -42,8 +42,7 @@ from .markov.reference import speculative_decode
 from .markov.registry import FailureMode, failure_modes
 from .markov.spec import DecoderSpec
 from .markov.tree import tree_law
-from .multidraft import multidraft_law, sample_multidraft
-from .multidraft_optimum import multidraft_optimum
+from .multidraft import multidraft_law, multidraft_optimum, sample_multidraft
 from .noise import rate_noise, tv_noise_bound, tv_noise_mean
 from .policy import apply_policy, greedy_token, policy_table
 from .sampling import (SAMPLER_MODES, acceptance_probability, empirical, overlap, post_pair, residual,

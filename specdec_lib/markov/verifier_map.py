@@ -21,8 +21,7 @@ import torch
 
 from .._checks import check_choice, check_int, check_numbers, check_real
 from ..cost import round_cost
-from ..multidraft import multidraft_accept_probability
-from ..multidraft_optimum import multidraft_optimum
+from ..multidraft import multidraft_accept_probability, multidraft_optimum
 from ..policy import policy_table
 from ..sampling import post_pair
 from .adaptive import PolicyResult, policy_speedup

@@ -2,7 +2,7 @@
 its gain over k and temperature, and every multi-draft rule against the optimum for its draft scheme.
 
 Every number is exact and comes from below: markov.verifier_map (the toy's path masses, the long-run N̄ and S of
-each verifier at fixed k, the oracle stopping rule, the gain grid) and multidraft_optimum.optimum_table. This module
+each verifier at fixed k, the oracle stopping rule, the gain grid) and multidraft.optimum_table. This module
 only draws and formats them; results are cached, because a slider revisits the same settings.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from .._checks import check_choice, check_int
 from ..markov.chain import reference_chain
 from ..markov.verifier_map import against_k, gain_grid, path_mass, verifier_speedup
-from ..multidraft_optimum import optimum_table
+from ..multidraft import optimum_table
 from ..sampling import post_pair
 from .many_drafts_and_trees import EXACT_TV, tv_text
 from .many_drafts_and_trees import PAIRS as ACT5_PAIRS
@@ -63,7 +63,7 @@ def grid():
 
 @functools.cache
 def optimum_rows(pair: str) -> tuple:
-    """multidraft_optimum.optimum_table of one pair of PAIRS, up to MAX_DRAFTS drafts."""
+    """multidraft.optimum_table of one pair of PAIRS, up to MAX_DRAFTS drafts."""
     p, q = PAIRS[check_choice("pair", pair, tuple(PAIRS))]
     return tuple(optimum_table(p, q, max_drafts=MAX_DRAFTS))
 

@@ -8,11 +8,9 @@ from pairs import f64, random_pairs
 from stats import tv_bound
 
 import specdec_lib as sd
-from specdec_lib.multidraft import multidraft_accept_probability
-from specdec_lib.multidraft_coupled import Hub, KSeq, kseq_rho
+from specdec_lib.multidraft import multidraft_accept_probability, multidraft_optimum
 from specdec_lib.multidraft_draws import draft_outcomes, draw_drafts
-from specdec_lib.multidraft_optimum import multidraft_optimum
-from specdec_lib.multidraft_rules import step_law, step_sample
+from specdec_lib.multidraft_rules import Hub, KSeq, kseq_rho, step_law, step_sample
 
 N = 200_000
 RULE_NS = {"kseq": (1, 2, 3, 4), "spechub": (1, 2)}  # SpecHub drafts a pair

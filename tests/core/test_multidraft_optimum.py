@@ -7,10 +7,17 @@ import torch
 from pairs import f64, random_pairs
 
 import specdec_lib as sd
-from specdec_lib.multidraft import RULES, multidraft_accept_probability
+from specdec_lib.multidraft import (
+    MAX_VOCAB,
+    RULES,
+    OptimumRow,
+    all_drafts_in,
+    multidraft_accept_probability,
+    multidraft_optimum,
+    optimum_table,
+)
+from specdec_lib.multidraft import token_sets as subsets
 from specdec_lib.multidraft_draws import DRAWS
-from specdec_lib.multidraft_optimum import MAX_VOCAB, OptimumRow, all_drafts_in, multidraft_optimum, optimum_table
-from specdec_lib.multidraft_optimum import token_sets as subsets
 from specdec_lib.multidraft_rules import draft_outcomes
 
 SCHEMES = [(draws, n) for draws in DRAWS for n in range(1, 5) if draws != "hub" or n <= 2]  # hub: SpecHub's pair

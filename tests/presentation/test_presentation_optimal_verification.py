@@ -5,7 +5,7 @@ import pytest
 
 import specdec_lib as sd
 from specdec_lib.markov import verifier_map as vm
-from specdec_lib.multidraft_optimum import multidraft_optimum
+from specdec_lib.multidraft import multidraft_optimum
 from specdec_lib.presentation import figure_files
 from specdec_lib.presentation import optimal_verification as views
 

@@ -51,7 +51,7 @@ ALLOWED = {  # a peer's file, cited next to its repository (and commit); not a f
     "vllm/v1/sample/sampler.py": "vllm-project/vllm's V1 sampler: notebook 01",
     "vllm/config/speculative.py": "vllm-project/vllm's speculative-decoding config: notebook 07",
     "vllm/model_executor/layers/typical_acceptance_sampler.py": "vllm-project/vllm's removed sampler: notebook 07",
-    "EAGLE/eagle/model/utils.py": "MasterGodzilla/Speculative_decoding_OT's SpecHub verifier: multidraft_coupled.py",
+    "EAGLE/eagle/model/utils.py": "MasterGodzilla/Speculative_decoding_OT's SpecHub verifier: multidraft_rules.py",
     "eagle/model/cnets.py": "SafeAILab/EAGLE's draft network (class Model, its fc over cat(e, f)): lab/eagle.py",
     "eagle/model/ea_model.py": "SafeAILab/EAGLE's wrapper (the base model's post-norm hidden states): lab/eagle.py",
     "eagle/train/main.py": "SafeAILab/EAGLE's training loop (SmoothL1 + 0.1 x cross-entropy): lab/eagle.py",
