@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 from dataclasses import dataclass
-from importlib import resources
 
 import torch
 
 from ..accounting import alpha_from_tokens
 from ..cost import best_k, c_v_at
+from ..lab.recordings import recorded
 from ..multidraft import RULES
 from ..multidraft_rules import step_law
 from ._report import Grade, Stop, call, run
@@ -25,15 +24,9 @@ TREE_RULES = tuple(name for name, r in RULES.items() if r.nested)  # sd.lab.TREE
 
 
 def recorded_exits() -> dict:
-    """{(target, temperature, L): the exit's chain table} of the recorded `make measure-self` run (notebook 09's)."""
-    path = resources.files("specdec_lib") / "data" / "self_drafts_reference.json"
-    return {(c["target"], c["temperature"], int(c["table"]["draft"][len("exit"):])): c["table"]
-            for c in json.loads(path.read_text())["chains"] if c["table"]["draft"].startswith("exit")}
-
-
-def _c_d_fit(t: dict) -> float:
-    """One c_d for every k: least squares of D(k) / T_1 against k, through the origin (SpeedupTable.c_d_fit)."""
-    return sum(k * k * c for k, c in zip(t["ks"], t["c_d"])) / sum(k * k for k in t["ks"])
+    """{(target, temperature, L): the exit's SpeedupTable} of the recorded `make measure-self` run (notebook 09's)."""
+    return {(c.target, c.temperature, int(c.table.draft[len("exit"):])): c.table
+            for c in recorded("measure-self").chains if c.table.draft.startswith("exit")}
 
 
 def _line(c0: float, slope: float):
@@ -50,9 +43,9 @@ def exit_cases() -> tuple:
             layers, c_vs = {}, []
             for L in (1, 2, 3):
                 t = exits[(target, temperature, L)]
-                i = max(range(len(t["ks"])), key=lambda j: t["measured"][j])  # its best measured k
-                layers[L] = (round(_c_d_fit(t), 3), round(alpha_from_tokens(t["e_n"][i], t["ks"][i]), 3))
-                c_vs += list(zip(t["ks"], t["c_v"]))
+                i = max(range(len(t.ks)), key=lambda j: t.measured[j])  # its best measured k
+                layers[L] = (round(t.c_d_fit, 3), round(alpha_from_tokens(t.e_n[i], t.ks[i]), 3))
+                c_vs += list(zip(t.ks, t.c_v))
             mean_k = sum(k for k, _ in c_vs) / len(c_vs)
             mean_c = sum(c for _, c in c_vs) / len(c_vs)
             slope = (sum((k - mean_k) * (c - mean_c) for k, c in c_vs) / sum((k - mean_k) ** 2 for k, _ in c_vs))

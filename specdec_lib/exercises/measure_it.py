@@ -5,30 +5,22 @@ here as plain data: the exercises layer does not import the lab or the presentat
 """
 from __future__ import annotations
 
-import json
-from importlib import resources
-
 from ..accounting import alpha_from_tokens, expected_accepted, expected_tokens
 from ..cost import speedup
+from ..lab.recordings import recorded
 from ._report import Grade, Stop, as_number, call, run
 
-__all__ = ["recorded_tables", "grade_fit_alpha", "grade_predict_speedup"]
+__all__ = ["grade_fit_alpha", "grade_predict_speedup"]
 
 TOL_ALPHA = 1e-6  # a root finder's tolerance on alpha; bisection reaches it in 20 halvings
-
-
-def recorded_tables() -> list[dict]:
-    """Every draft's table of the recorded `make measure` run: ks, c_d, c_v, e_n, predicted, measured, draft."""
-    path = resources.files("specdec_lib") / "data" / "measure_reference.json"
-    return json.loads(path.read_text())["tables"]
 
 
 def grade_fit_alpha(fit_alpha_fn, *, raise_on_failure: bool = True, verbose: bool = True) -> Grade:
     """Exercise 5.1: fit_alpha(e_n, k) -> the constant alpha whose E[N(k)] = (1 - alpha^(k+1)) / (1 - alpha) is e_n."""
     def body(fn, report):
         cases = [(a, k) for k in (4, 8, 1) for a in (0.3, 0.677, 0.9)] + [(0.0, 4), (1.0, 4)]
-        recorded = [(e, k, t["draft"]) for t in recorded_tables() for k, e in zip(t["ks"], t["e_n"])]
-        for e_n, k, on in [(expected_tokens(a, k), k, f"alpha = {a}") for a, k in cases] + recorded:
+        clock = [(e, k, t.draft) for t in recorded("measure").tables for k, e in zip(t.ks, t.e_n)]
+        for e_n, k, on in [(expected_tokens(a, k), k, f"alpha = {a}") for a, k in cases] + clock:
             where = f"e_n = {e_n:.4f}, k = {k} ({on})"
             got = as_number(call(fn, e_n, k, on=where), "fit_alpha", where)
             want = alpha_from_tokens(e_n, k)
@@ -47,7 +39,7 @@ def grade_fit_alpha(fit_alpha_fn, *, raise_on_failure: bool = True, verbose: boo
                 raise Stop(f"that fits E[A] = e_n; a round retires E[N] = 1 + E[A] tokens ({msg})")
             raise Stop(f"{msg}; E[N({k})] at your alpha is {expected_tokens(min(max(got, 0.0), 1.0), k):.4f}")
         report.note(f"alpha right to {TOL_ALPHA:g} on {len(cases)} constructed settings (alpha = 0 and 1 included) "
-                    f"and the {len(recorded)} recorded E[N] of every draft and k")
+                    f"and the {len(clock)} recorded E[N] of every draft and k")
     return run("fit_alpha", body, fit_alpha_fn, raise_on_failure=raise_on_failure, verbose=verbose)
 
 
@@ -71,15 +63,15 @@ def grade_predict_speedup(predict_fn, *, raise_on_failure: bool = True, verbose:
                 if abs(got - wrong) <= 1e-9:
                     raise Stop(f"{text} ({msg})")
             raise Stop(msg)
-        tables = recorded_tables()
+        tables = recorded("measure").tables
         errors = []  # (relative error against the clock, draft, k, prediction, measured median)
         for t in tables:
-            for i, k in enumerate(t["ks"]):
-                alpha = alpha_from_tokens(t["e_n"][i], k)  # what exercise 5.1 fits from the round counts
-                where = f"draft {t['draft']}, k = {k}"
-                got = as_number(call(fn, alpha, t["c_d"][i], t["c_v"][i], k, on=where), "predict_speedup", where)
-                errors.append((abs(got - t["measured"][i]) / t["measured"][i], t["draft"], k, got, t["measured"][i]))
-        tol = max(abs(p - m) / m for t in tables for p, m in zip(t["predicted"], t["measured"])) + 1e-9
+            for i, k in enumerate(t.ks):
+                alpha = alpha_from_tokens(t.e_n[i], k)  # what exercise 5.1 fits from the round counts
+                where = f"draft {t.draft}, k = {k}"
+                got = as_number(call(fn, alpha, t.c_d[i], t.c_v[i], k, on=where), "predict_speedup", where)
+                errors.append((abs(got - t.measured[i]) / t.measured[i], t.draft, k, got, t.measured[i]))
+        tol = max(abs(p - m) / m for t in tables for p, m in zip(t.predicted, t.measured)) + 1e-9
         worst = max(errors)
         if worst[0] > tol:
             raise Stop(f"against the recorded clock, draft {worst[1]} at k = {worst[2]}: you predict {worst[3]:.3f}, "

@@ -2,7 +2,8 @@
 
 core (specdec_lib/*.py) imports nothing else of the package; surface/ (the generation loop with the whole sampling
 surface) imports core and itself; markov/ and lab/ import core, surface and themselves, never each other;
-presentation/ and exercises/ sit on top, and only notebooks and tools import them;
+presentation/ and exercises/ sit on top (exercises read the lab's recordings, not the kit), and only notebooks and
+tools import them;
 conformance/ (the kit) imports core, surface and markov, and only presentation/ imports it: presentation sits above the
 kit, whose reports it draws (the facade specdec_lib/__init__.py re-exports core, markov and lab, never presentation,
 exercises or conformance).
@@ -21,7 +22,7 @@ ALLOWED = {  # layer -> the layers it may import
     "markov": {"core", "surface", "markov"},
     "lab": {"core", "surface", "lab"},
     "presentation": {"core", "surface", "markov", "lab", "presentation", "conformance"},
-    "exercises": {"core", "surface", "markov", "exercises"},
+    "exercises": {"core", "surface", "markov", "lab", "exercises"},
     "conformance": {"core", "surface", "markov", "conformance"},
 }
 
