@@ -8,7 +8,7 @@ import torch
 from ..noise import tv_noise_bound
 from ..sampling import total_variation
 
-__all__ = ["DELTA", "Grade", "Stop", "call", "run", "fmt", "as_tensor", "law_verdict", "residual_ref", "as_number"]
+__all__ = ["DELTA", "Grade", "Stop", "call", "run", "fmt", "as_tensor", "law_verdict", "as_number"]
 
 DELTA = 1e-6  # false-alarm rate of every sampled check: a correct solution fails about once in a million runs
 
@@ -93,11 +93,6 @@ def law_verdict(report: Grade, what: str, freq: torch.Tensor, law: torch.Tensor,
             if total_variation(freq, wrong_law) <= tv_noise_bound(wrong_law, n, delta)]
     report.fail(msg + (". It matches a known mistake: " + "; ".join(hits) if hits else ""))
     return False
-
-
-def residual_ref(p, q):
-    r = torch.clamp(p - q, min=0)
-    return r / r.sum() if r.sum() > 0 else p
 
 
 def as_number(out, name: str, on: str) -> float:

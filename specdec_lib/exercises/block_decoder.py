@@ -9,8 +9,8 @@ from ..markov.chain import reference_chain, sequence_law
 from ..markov.exact import decoder_law
 from ..markov.registry import MODES
 from ..noise import tv_noise_bound, tv_noise_mean
-from ..sampling import total_variation
-from ._report import DELTA, Grade, Stop, call, fmt, law_verdict, residual_ref, run
+from ..sampling import residual, total_variation
+from ._report import DELTA, Grade, Stop, call, fmt, law_verdict, run
 
 __all__ = ["grade_verify_block", "grade_smallest_catching_m"]
 
@@ -32,7 +32,7 @@ def _block_law(p_rows, q_rows, y, *, fix="residual", bonus_row=None, determinist
         p, q = p_rows[j], q_rows[j]
         a = min(1.0, (p[y[j]] / q[y[j]]).item())
         a = float(a >= 1.0) if deterministic else a
-        law[j] = alive * (1 - a) * (residual_ref(p, q) if fix == "residual" else p)
+        law[j] = alive * (1 - a) * (residual(p, q) if fix == "residual" else p)
         alive *= a
     law[k] = alive * p_rows[k if bonus_row is None else bonus_row]
     return law

@@ -5,8 +5,9 @@ import math
 
 import torch
 
+from .. import sampling
 from ..sampling import post_pair
-from ._report import DELTA, Grade, Stop, as_tensor, call, fmt, law_verdict, residual_ref, run
+from ._report import DELTA, Grade, Stop, as_tensor, call, fmt, law_verdict, run
 
 __all__ = ["grade_residual", "grade_acceptance_probability", "grade_speculative_sample"]
 
@@ -24,7 +25,7 @@ def grade_residual(residual, *, raise_on_failure: bool = True, verbose: bool = T
             if not (torch.equal(p, pc) and torch.equal(q, qc)):
                 raise Stop("your function changed p or q in place; work on a copy (vllm-ascend PR #2881 zeroed "
                             "target probabilities in place and never restored them)")
-            want = residual_ref(p.double(), q.double())
+            want = sampling.residual(p.double(), q.double())
             if torch.allclose(r, want, atol=1e-6):
                 continue
             clamp = torch.clamp(p - q, min=0).double()
@@ -38,7 +39,7 @@ def grade_residual(residual, *, raise_on_failure: bool = True, verbose: bool = T
                 (p.double(), "you returned p: that is the 'p on rejection' sampler, which double-counts the overlap"),
                 ((p - q).abs().double() / (p - q).abs().sum(), "you normalised |p - q|: tokens where q > p get mass; "
                  "clamp at 0 first"),
-                (residual_ref(q.double(), p.double()), "you computed [q - p]_+: p and q are swapped (p is the "
+                (sampling.residual(q.double(), p.double()), "you computed [q - p]_+: p and q are swapped (p is the "
                  "target, q the draft)"),
             ]
             for wrong, text in known:
@@ -139,7 +140,7 @@ def grade_speculative_sample(speculative_sample, *, raise_on_failure: bool = Tru
                 "softmax": (shared + (1 - beta) * torch.softmax(torch.clamp(pd - qd, min=0), -1),
                             "the residual is softmax([p - q]_+) instead of [p - q]_+ / sum"),
                 "greedy": (torch.where(pd >= qd, qd, torch.zeros_like(qd)) + (1 - qd[pd >= qd].sum())
-                           * residual_ref(pd, qd), "a proposal is kept only where p >= q, never with "
+                           * sampling.residual(pd, qd), "a proposal is kept only where p >= q, never with "
                            "probability p/q where p < q"),
             }
             if not law_verdict(report, f"{label}", freq, pd, n, mistakes, DELTA / len(cases)):
