@@ -92,10 +92,10 @@ def running_weights(p_x: torch.Tensor, q_x: torch.Tensor) -> torch.Tensor:
     ratio = (p_x.double() / q_x.double()).nan_to_num(nan=0.0, posinf=math.inf)  # (..., k)
     # once 0, p stays 0: 0 * inf is NaN, and NaN stays NaN down the row (clamp and products keep it) until it is
     # read as 0 at the end
-    running = [torch.ones(ratio.shape[:-1], dtype=torch.float64, device=ratio.device)]
-    for i in range(ratio.shape[-1]):
-        running.append((running[-1] * ratio[..., i]).clamp(max=1.0))
-    return torch.stack(running, -1).nan_to_num(nan=0.0)  # (..., k+1)
+    running = [torch.ones(ratio.shape[:-1], dtype=torch.float64, device=ratio.device)]  # p_0
+    for r in ratio.unbind(-1):
+        running.append((running[-1] * r).clamp_(max=1.0))
+    return torch.stack(running, -1).nan_to_num_(nan=0.0)  # (..., k+1)
 
 
 def owed_rows(p_i: torch.Tensor, p_next: torch.Tensor, q_next: torch.Tensor) -> torch.Tensor:
@@ -245,11 +245,11 @@ def verify_one_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torc
     k = proposals.shape[0]
     idx = proposals.long()[:, None]  # (k, 1)
     p = running_weights(p_rows[:k].gather(1, idx)[:, 0], q_rows.gather(1, idx)[:, 0])  # (k+1,) p_0 .. p_k
-    eta = torch.rand(1, k, dtype=torch.float64, generator=generator, device=p_rows.device)  # (1, k), the batch's
-    read = torch.cat([p, eta[0]]).tolist()  # one transfer
+    eta = torch.rand(k, dtype=torch.float64, generator=generator, device=p_rows.device)  # (k,), the batch's row
+    read = torch.cat([p, eta]).tolist()  # one transfer
     weight, eta = read[:k + 1], read[k + 1:]
     if k == 0 or eta[k - 1] < weight[k]:  # the last row passes (h_k = p_k): tau = k, the bonus row, no Z_i needed
-        return k, sample_rows(p_rows[k][None], generator)[0]  # its own uniform, drawn as the batch draws it
+        return k, sample_rows(p_rows[k], generator)  # 0-d; its own uniform, after eta
     m = next((i for i in range(1, k) if weight[i] <= 0), k)  # rows m .. k-1 have p_i = 0, so h_i = 0: none passes
     owed = owed_rows(p[:m, None], p_rows[:m], q_rows[:m])  # (m, V) rows 0 .. m-1; row i sums to Z_i
     z = owed.sum(-1)  # (m,)
@@ -257,4 +257,4 @@ def verify_one_block(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torc
     z, h = read[:m], read[m:]  # h_m never passes: p_m = 0, or m = k and the last row failed above
     tau = next((i for i in range(m, 0, -1) if eta[i - 1] < h[i - 1]), 0)  # the last passing row, 0 if none
     r = owed[tau] if z[tau] > 0 else p_rows[tau]  # (V,) P_{tau+1} where nothing is owed
-    return tau, sample_rows(r[None], generator)[0]
+    return tau, sample_rows(r, generator)

@@ -56,18 +56,18 @@ def verify_one(p_rows: torch.Tensor, q_rows: torch.Tensor, proposals: torch.Tens
                generator: torch.Generator | None = None) -> tuple[int, torch.Tensor]:
     """verify_batch on one block, read on the host: (accepted, next token 0-d) for p_rows (k+1, V), q_rows (k, V)."""
     k = proposals.shape[0]
-    ok = _tests(p_rows[None], q_rows[None], proposals[None], generator)[0].tolist()  # k outcomes, one transfer
+    ok = _tests(p_rows, q_rows, proposals, generator).tolist()  # k outcomes, one transfer
     a = next((j for j, passed in enumerate(ok) if not passed), k)
     r = p_rows[k] if a == k else residual_weights(p_rows[a], q_rows[a])  # (V,) the bonus row is p itself
-    return a, sample_rows(r[None], generator)[0]  # 0-d; its own uniform, drawn as the batch draws it
+    return a, sample_rows(r, generator)  # 0-d; its own uniform, after the k acceptance ones
 
 
 def _tests(p_rows, q_rows, proposals, generator) -> torch.Tensor:
-    """The token rule's tests (n, k): u < min(1, p(x) / q(x)), one uniform u per proposal, drawn in order."""
-    n, k = proposals.shape
-    p_x = p_rows[:, :k].gather(-1, proposals[..., None]).squeeze(-1)  # (n, k) target prob of each proposal
-    q_x = q_rows.gather(-1, proposals[..., None]).squeeze(-1)  # (n, k) draft prob of each proposal
-    u = torch.rand(n, k, dtype=torch.float64, generator=generator, device=p_rows.device)  # (n, k)
+    """The token rule's tests (..., k): u < min(1, p(x) / q(x)), one uniform u per proposal, drawn in order."""
+    k = proposals.shape[-1]
+    p_x = p_rows[..., :k, :].gather(-1, proposals[..., None]).squeeze(-1)  # (..., k) target prob of each proposal
+    q_x = q_rows.gather(-1, proposals[..., None]).squeeze(-1)  # (..., k) draft prob of each proposal
+    u = torch.rand(proposals.shape, dtype=torch.float64, generator=generator, device=p_rows.device)  # (..., k)
     return u < accept_ratio(p_x, q_x).double()
 
 

@@ -2,9 +2,10 @@
 
 `library_verifier` feeds sd.verify_blocks / sd.verify_block explicit coins: torch.rand, called with the
 adapter's own generator, returns the kit's tape in the order the library draws (the tests (n, k), then the final
-draw (n,)); any other order raises, so a change in the library's draws cannot go unseen. `keyed_by_step` keys a
-uniforms verifier as a per-request generator would (fresh coins every round), `keyed_by_position` as vLLM Model
-Runner V2 does (u(seed, position)), `batch_stream` as vLLM did before PR #6034 (one stream for the whole batch).
+draw (n,); a block at a time: (k,), then ()); any other order raises, so a change in the library's draws cannot go
+unseen. `keyed_by_step` keys a uniforms verifier as a per-request generator would (fresh coins every round),
+`keyed_by_position` as vLLM Model Runner V2 does (u(seed, position)), `batch_stream` as vLLM did before PR #6034
+(one stream for the whole batch).
 Each broken reference models one source (randomness.py's citations say which) with explicit coins.
 """
 from __future__ import annotations
@@ -48,7 +49,7 @@ def library_verifier(method: str = "token", *, one_block: bool = False):
                 v = verify_blocks(p, q, proposals, g, method=method)
             accepted, tokens = v.accepted, v.tokens
         else:
-            draws = [d for i in range(n) for d in (coins[i:i + 1].double(), final[i:i + 1].double())]
+            draws = [d for i in range(n) for d in (coins[i].double(), final[i].double())]  # one block: (k,), ()
             with _tape(g, draws):
                 out = [verify_block(p[i], q[i], proposals[i], g, method=method) for i in range(n)]
             accepted = torch.tensor([v.accepted for v in out], dtype=torch.long)
