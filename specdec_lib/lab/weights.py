@@ -20,7 +20,7 @@ from .transformer import CachedLM, LMConfig
 
 __all__ = [
     "WEIGHTS_DIR", "WEIGHTS_FILE", "DEEP_DRAFT_CONFIG", "DRAFT_FILES", "TARGET_FILES", "load_pair", "load_draft",
-    "load_target", "HEADS_FILES", "load_heads", "save_models", "save_pair"
+    "load_target", "HEADS_FILES", "load_heads", "save_models"
 ]
 
 WEIGHTS_DIR = pathlib.Path(__file__).parent / "weights"
@@ -88,8 +88,3 @@ def save_models(models: dict[str, CachedLM | MedusaHeads | EagleDraft], path: pa
         state[f"{name}_config"] = {"num_heads": model.num_heads} if is_heads else asdict(model.config)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(state, path)
-
-
-def save_pair(target: CachedLM, draft: CachedLM, path: pathlib.Path) -> None:
-    """Write both models of the pair to path (save_models with the names load_pair reads)."""
-    save_models({"target": target, "draft": draft}, path)

@@ -15,9 +15,9 @@ import torch
 from .._checks import check_choice, check_int, check_real
 from ..policy import policy_table
 from . import semantics
-from .semantics import TARGET_ONLY, acceptance
+from .semantics import TARGET_ONLY
 
-__all__ = ["DecoderSpec", "Decoder", "spec_tables", "target_only_accept", "Table", "TARGET_ONLY", "BLOCK_NEEDS"]
+__all__ = ["DecoderSpec", "Decoder", "spec_tables", "Table", "TARGET_ONLY", "BLOCK_NEEDS"]
 
 Table = Literal["Q", "Q_bad", "argmax_Q", "top2_Q"]
 # the fields whose values semantics.py defines: their types are its dicts' keys (add a value there, once)
@@ -118,14 +118,6 @@ def _check_block_spec(spec: DecoderSpec) -> None:
         if getattr(spec, name) != value:
             raise ValueError(f"DecoderSpec.{name} must be {value!r} with verifier={spec.verifier!r} (a block verifier "
                              f"replaces the token rule's test, residual and bonus); got {getattr(spec, name)!r}")
-
-
-def target_only_accept(spec: DecoderSpec, P: torch.Tensor) -> torch.Tensor:
-    """(V, V) chance that target row r keeps y under a test that reads p alone (typical: 0 or 1; SGLang's
-    thresholds); zeros for a test that needs q or a sample, which never reads it."""
-    if spec.acceptance in TARGET_ONLY:
-        return acceptance(spec, P, P)
-    return torch.zeros(P.shape, dtype=torch.float64)
 
 
 def spec_tables(spec: DecoderSpec, P: torch.Tensor, Q: torch.Tensor, Q_bad: torch.Tensor | None):
