@@ -47,6 +47,7 @@ import torch
 
 from ..block_verification import BlockWeights, block_residual, block_tau, block_weights, tau_law
 from ..policy import policy_table
+from ..sampling import residual_weights
 from .draft_rules import typical_threshold
 
 __all__ = ["DRAFT_CONTEXTS", "JUDGES", "RATIO_CONTEXTS", "ACCEPTANCES", "TARGET_ONLY", "SAMPLED_TESTS", "RESIDUALS",
@@ -198,7 +199,7 @@ def rejection_row(spec, residual, committed, *, bonus_base=0):
 
 # --- what a rejection of y samples: rows p, q (..., V) and y one-hot (..., V) -> unnormalised weights (..., V) ----
 RESIDUALS = {
-    "normalised": lambda p, q, y_hot, spec: (p - q).clamp(min=0),
+    "normalised": lambda p, q, y_hot, spec: residual_weights(p, q),  # [p - q]_+, the sampler's own
     "softmax": lambda p, q, y_hot, spec: torch.exp((p - q).clamp(min=0)),  # every token gets e^0 = 1 at least
     "target": lambda p, q, y_hot, spec: p.clone(),
     "single_token": lambda p, q, y_hot, spec: p * (1 - y_hot),
