@@ -2,7 +2,7 @@
 
 Qwen2.5-Coder-1.5B-Instruct (`make real-pair`), float32 on oneDNN linear layers, greedy, one thread, on the code and
 edit tasks of `make measure-real`. Early exit after L of the target's 28 layers drafts two ways: with one cache
-shared with the target (sd.lab.early_exit: verification runs the lower layers on the last proposal only), and as
+shared with the target (sd.lab.early_exit_pair: verification runs the lower layers on the last proposal only), and as
 a separate NeuralDraft with a cache of its own (early_exit_lm: verification runs every layer on every position);
 measure_run gives c_d, c_v, E[N], alpha, the predicted and the measured speedup and greedy equality with plain
 decoding. Lookahead at (W, N, G) = (4, 3, 4) goes through measure_trees, and one more greedy decode is compared
@@ -52,7 +52,7 @@ def load(tiny: bool):
 def exit_pair(target, L: int, cache: str):
     """(target, drafter) of an exit after layer L: one shared cache, or the exit as a separate draft."""
     if cache == "shared":
-        return sd.lab.early_exit(target, L)
+        return sd.lab.early_exit_pair(target, L)
     drafter = sd.lab.NeuralDraft(early_exit_lm(target, L), name=f"exit{L}")
     drafter.model.remember_prefills(True)
     return target, drafter

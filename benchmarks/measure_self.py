@@ -35,7 +35,7 @@ TEMPERATURES = (0.0, 1.0)
 
 def tree_runs(target, prompts, plan, temperature, bar):
     """Medusa's trees (one-hot rule; and mss when sampling) and lookahead's settings, as measure_trees tables."""
-    decoder, heads = sd.lab.medusa(target, sd.lab.load_heads("medusa", str(prompts[0].device)))
+    decoder, heads = sd.lab.medusa_pair(target, sd.lab.load_heads("medusa", str(prompts[0].device)))
     rules = ["onehot_sequential"] + (["mss"] if temperature > 0 else [])
     out = [sd.lab.measure_trees(decoder, heads, prompts, MEDUSA_TREES, rule=rule, plan=plan,
                                 temperature=temperature, on_pair=bar.update) for rule in rules]

@@ -34,7 +34,7 @@ from specdec_lib.lab.batch_cost import BatchCost, batch_cost
 from specdec_lib.lab.recordings import SCHEMAS
 
 DEFAULT_DRAFTS = ("draft", "draft_deep", "table", "lookup")  # what `make measure` records
-EXITS = ("exit1", "exit2", "exit3")  # early exit: the target's first 1, 2 or 3 of its 4 layers (sd.lab.early_exit)
+EXITS = ("exit1", "exit2", "exit3")  # early exit: the target's first 1, 2 or 3 of its 4 layers (sd.lab.early_exit_pair)
 SELF = EXITS + ("medusa", "eagle")  # drafts from the target itself (medusa: 4 heads on its features, k <= 4)
 DRAFTS = DEFAULT_DRAFTS + SELF
 NEURAL = ("draft", "draft_deep")  # the drafts whose q is not one-hot: where block verification can differ
@@ -52,11 +52,11 @@ def make_drafter(name: str, device: str, target):
     if name == "lookup":
         return target, sd.lab.PromptLookupDraft(256, m=3)
     if name in EXITS:
-        return sd.lab.early_exit(target, int(name[len("exit"):]))
+        return sd.lab.early_exit_pair(target, int(name[len("exit"):]))
     if name == "medusa":
-        return sd.lab.medusa(target, sd.lab.load_heads("medusa", device))
+        return sd.lab.medusa_pair(target, sd.lab.load_heads("medusa", device))
     if name == "eagle":
-        return sd.lab.eagle(target, sd.lab.load_heads("eagle", device))
+        return sd.lab.eagle_pair(target, sd.lab.load_heads("eagle", device))
     raise ValueError(f"draft must be one of {', '.join(DRAFTS)}; got {name!r}")
 
 

@@ -21,7 +21,7 @@ from ..surface.tiny_model import TinyConfig, offline_transformers, tiny_causal_l
 
 __all__ = ["V", "HORIZON", "PROMPT", "quiet", "tiny_llama", "tiny_pair", "exact_law", "sample_config", "sampled_law",
            "greedy_prompts", "greedy_mismatches", "context_logits", "generation_kwargs", "generation_config",
-           "assistant_settings", "generate_sample", "plain_processors", "recorded_rounds", "PlainLaw", "generate_law"]
+           "assistant_settings", "generate_once", "plain_processors", "recorded_rounds", "PlainLaw", "generate_law"]
 
 V, HORIZON = 4, 3  # the audit's vocabulary and horizon: 4^3 = 64 outcomes
 PROMPT = (1, 2)
@@ -189,7 +189,7 @@ def assistant_settings(draft, *, num_assistant_tokens: int, threshold: float = 0
             setattr(cfg, key, value)
 
 
-def generate_sample(target, draft, prompt, settings, k: int, generator: torch.Generator, *,
+def generate_once(target, draft, prompt, settings, k: int, generator: torch.Generator, *,
                     method: str = "assisted"):
     """One seeded generate() sample, assisted (k drafts) or prompt lookup (k candidates), as (tokens, log p of each
     from output_scores, "eos" | "length"); all-ones attention mask (else prompt tokens equal to pad read as padding)."""

@@ -23,7 +23,7 @@ from ..surface import law_tv
 from . import hf
 
 __all__ = ["AUDIT_NOTES", "PROMPT", "SPECULATIVE", "SurfaceCase", "surface_cases", "surface_pair", "sampling_config",
-           "GenerateRun", "sample_generate", "empirical_law", "block_stats", "law_tv", "law_bound",
+           "GenerateRun", "generate_samples", "empirical_law", "block_stats", "law_tv", "law_bound",
            "score_error", "SurfaceVerdict", "surface_verdicts", "format_verdicts", "COIN_RESOLUTION", "zero_coins",
            "CoinEdge", "coin_edge"]
 
@@ -112,7 +112,7 @@ class GenerateRun:
     rounds: tuple[tuple[int, int], ...] = ()
 
 
-def sample_generate(target, num_samples: int, generator: torch.Generator, *, prompt=PROMPT, method: str = "plain",
+def generate_samples(target, num_samples: int, generator: torch.Generator, *, prompt=PROMPT, method: str = "plain",
                     draft=None, block: int = 2, **config) -> list[GenerateRun]:
     """num_samples seeded runs of generate(do_sample=True, **config): plain, assisted by `draft`, or prompt lookup."""
     n = check_int("num_samples", num_samples, minimum=1)
@@ -233,7 +233,7 @@ def surface_verdicts(num_samples: int = 400, *, seed: int = 0, cases=None, pair=
         t0, kw = time.perf_counter(), case.kwargs
         law = hf.generate_law(target, case.prompt, sampling_config(**kw))
         g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(f"{case.name}/{case.method}".encode()))
-        samples = sample_generate(target, n, g, prompt=case.prompt, method=case.method, draft=draft,
+        samples = generate_samples(target, n, g, prompt=case.prompt, method=case.method, draft=draft,
                                   block=case.block, **kw)
         emp, bound = empirical_law(samples), law_bound(law, n, delta / split)
         controls = tuple((kind, law_tv(law.law, c), law_tv(emp, c), law_bound(c, n, delta / split))
@@ -284,7 +284,7 @@ def coin_edge(num_samples: int = 20, *, name: str = "min_p", seed: int = 0, pair
     case, (target, draft) = cases[name], surface_pair() if pair is None else pair
     law = hf.generate_law(target, case.prompt, sampling_config(**case.kwargs))
     with zero_coins():
-        samples = sample_generate(target, check_int("num_samples", num_samples, minimum=1),
+        samples = generate_samples(target, check_int("num_samples", num_samples, minimum=1),
                                   torch.Generator().manual_seed(seed), prompt=case.prompt, method="assisted",
                                   draft=draft, block=case.block, **case.kwargs)
     bad = [s.tokens for s in samples if s.tokens not in law.law]

@@ -25,19 +25,19 @@ hf_causal_lm  any Hugging Face causal LM as a lab model (its DynamicCache croppe
 
 The names below are reached as sd.lab.<name>.
 """
-from .accept import accept_block
+from .accept import verify_block_logits
 from .alignment import AlignmentReport, alignment_report, alignment_tv, block_scores, incremental_scores
 from .batch_cost import LinearCost
 from .corpus import corpus_prompts
 from .drafters import NeuralDraft, PromptLookupDraft, TableDraft
-from .eagle import EagleDraft, EagleDrafter, eagle
-from .early_exit import EarlyExitDraft, EarlyExitTarget, SharedCache, early_exit, exit_logits
+from .eagle import EagleDraft, EagleDrafter, eagle_pair
+from .early_exit import EarlyExitDraft, EarlyExitTarget, SharedCache, early_exit_pair, exit_logits
 from .features import FeatureCache, FeatureTarget
 from .generation import exact_continuations, generate_plain, generate_speculative
 from .hf_causal_lm import HFCausalLM, set_matmul, tiny_hf_model
 from .lookahead import LookaheadDraft
 from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
-from .medusa import MedusaDraft, MedusaHeads, medusa
+from .medusa import MedusaDraft, MedusaHeads, medusa_pair
 from .ngram import NGramTable, SparseNGramTable, build_ngram, build_sparse_ngram, corpus_table
 from .recordings import load_recording, recorded
 from .transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
@@ -57,13 +57,13 @@ from .weights import load_draft, load_heads, load_pair, load_target
 
 __all__ = [
     "CachedLM", "KVCache", "LMConfig", "TinyCausalLM", "n_params", "load_pair", "load_draft", "corpus_prompts",
-    "incremental_scores", "block_scores", "alignment_report", "AlignmentReport", "alignment_tv", "accept_block",
+    "incremental_scores", "block_scores", "alignment_report", "AlignmentReport", "alignment_tv", "verify_block_logits",
     "generate_plain", "generate_speculative", "exact_continuations", "time_terms", "time_catch_up",
     "measure_speedup", "SpeedupTable", "load_recording", "recorded", "LinearCost", "NeuralDraft",
     "TableDraft", "PromptLookupDraft", "NGramTable", "build_ngram", "corpus_table", "FlatTree", "tree_from_widths",
     "tree_mask", "tree_positions", "tree_scores", "path_scores", "tree_alignment_report", "TreeAlignmentReport",
-    "HFCausalLM", "set_matmul", "tiny_hf_model", "SparseNGramTable", "build_sparse_ngram", "early_exit",
+    "HFCausalLM", "set_matmul", "tiny_hf_model", "SparseNGramTable", "build_sparse_ngram", "early_exit_pair",
     "EarlyExitTarget", "EarlyExitDraft", "SharedCache", "exit_logits", "load_target", "FeatureCache", "FeatureTarget",
-    "MedusaDraft", "MedusaHeads", "medusa", "load_heads", "TREE_RULES", "DraftTree", "generate_tree", "LookaheadDraft",
-    "TreeTable", "measure_trees", "time_tree_terms", "EagleDraft", "EagleDrafter", "eagle",
+    "MedusaDraft", "MedusaHeads", "medusa_pair", "load_heads", "TREE_RULES", "DraftTree", "generate_tree",
+    "LookaheadDraft", "TreeTable", "measure_trees", "time_tree_terms", "EagleDraft", "EagleDrafter", "eagle_pair",
 ]

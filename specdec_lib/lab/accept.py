@@ -1,6 +1,6 @@
 """Lab: the acceptance test of one block on the decode loop's hot path, by the core's one-block verifiers.
 
-A decode loop verifies one block and needs the accepted count on the host (to crop the caches). accept_block
+A decode loop verifies one block and needs the accepted count on the host (to crop the caches). verify_block_logits
 computes the policy's rows from the target's logits once and hands them to the core: verify_one (the token
 rule, Act II), verify_one_block (block verification, Act VI) or greedy_one (a greedy target under either
 method: it keeps exactly the argmax-matching prefix). The core's one-block verifiers read their outcome to the
@@ -18,7 +18,7 @@ from ..block_verification import verify_one_block
 from ..verification import greedy_one, verify_one
 from .steps import check_policy, check_verifier, policy_probs
 
-__all__ = ["Acceptance", "accept_block"]
+__all__ = ["Acceptance", "verify_block_logits"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Acceptance:
     next_token: torch.Tensor
 
 
-def accept_block(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.Tensor | None, *,
+def verify_block_logits(p_logits: torch.Tensor, proposals: torch.Tensor, q_rows: torch.Tensor | None, *,
                  temperature: float, top_k, generator, one_hot: bool = False, method: str = "token") -> Acceptance:
     """Acceptance(A, the token after the A accepted proposals, 0-d) for target logits (k+1, V) and proposals (k,).
 

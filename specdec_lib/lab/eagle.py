@@ -35,7 +35,7 @@ from .features import FeatureCache, FeatureTarget, check_feature_cache
 from .steps import sample_token
 from .transformer import CachedBlock, CachedLM, KVCache, LMConfig
 
-__all__ = ["EagleDraft", "EagleState", "EagleDrafter", "eagle", "eagle_config"]
+__all__ = ["EagleDraft", "EagleState", "EagleDrafter", "eagle_pair", "eagle_config"]
 
 
 def eagle_config(target: LMConfig) -> LMConfig:
@@ -158,7 +158,7 @@ class EagleDrafter:
         state.true_rows = state.kv.length
 
 
-def eagle(model: CachedLM, net: EagleDraft, name: str = "eagle") -> tuple[FeatureTarget, EagleDrafter]:
+def eagle_pair(model: CachedLM, net: EagleDraft, name: str = "eagle") -> tuple[FeatureTarget, EagleDrafter]:
     """(target, draft) for sd.lab.generate_speculative: net drafting on model's features, head and embeddings."""
     if not isinstance(model, CachedLM):
         raise TypeError(f"model must be a CachedLM (the lab's transformer), got {type(model).__name__}")

@@ -28,7 +28,7 @@ from .._checks import check_int, check_token_ids
 from .steps import sample_token
 from .transformer import CachedLM, KVCache
 
-__all__ = ["SharedCache", "EarlyExitTarget", "EarlyExitDraft", "early_exit", "exit_logits"]
+__all__ = ["SharedCache", "EarlyExitTarget", "EarlyExitDraft", "early_exit_pair", "exit_logits"]
 
 
 class SharedCache:
@@ -179,7 +179,7 @@ class EarlyExitDraft:
         """The target's shared cache (prefilled with prompt[:-1]): the draft has no cache of its own."""
         if not isinstance(target_cache, SharedCache) or target_cache.exit_layer != self.exit_layer:
             raise TypeError(f"target_cache must be the SharedCache of an EarlyExitTarget at exit layer "
-                            f"{self.exit_layer}: pass early_exit(...)'s target and draft together")
+                            f"{self.exit_layer}: pass early_exit_pair(...)'s target and draft together")
         return target_cache
 
     def propose(self, state: SharedCache, seq: torch.Tensor, n: int, k: int, *, temperature: float, top_k,
@@ -199,7 +199,7 @@ class EarlyExitDraft:
         state.low = min(state.low, n)
 
 
-def early_exit(model, exit_layer: int, *, head=None) -> tuple[EarlyExitTarget, EarlyExitDraft]:
+def early_exit_pair(model, exit_layer: int, *, head=None) -> tuple[EarlyExitTarget, EarlyExitDraft]:
     """(target, draft) for sd.lab.generate_speculative: model (a CachedLM or an HFCausalLM) drafting with its first
     exit_layer layers, one cache shared between them."""
     n_layers = layers_of(model).n_layers

@@ -16,7 +16,7 @@ import torch
 from .._checks import check_int, check_token_ids
 from ..policy import apply_policy
 from ..telemetry import SpecDecodeLog
-from .accept import accept_block
+from .accept import verify_block_logits
 from .drafters import as_drafter, draft_block, start_states
 from .steps import GREEDY, Decoding, check_policy, clock, prefill, sample_token
 
@@ -47,12 +47,12 @@ def verify_round(target, t_cache, d_state, block: torch.Tensor, q_rows, *, n: in
     n is the number of committed tokens (the target's cache holds all but the last). Returns (A, the token
     after the A accepted proposals, 0-d). The target's cache is cropped to the n + A committed tokens (for
     correctness), and the draft's state too (drafter.rollback; d_state a draft's KVCache when drafter is None),
-    so that its next proposals start from them. The test is sd.lab.accept_block with decoding.verifier as its
+    so that its next proposals start from them. The test is sd.lab.verify_block_logits with decoding.verifier as its
     method: verify_batch's draws (the token rule) or verify_batch_block's (block verification), one block.
     """
     p_logits = target(block[None], t_cache)[0]  # (k+1, V); row j conditions on proposals[:j]
-    test = accept_block(p_logits, block[1:], q_rows, **decoding.kwargs(), one_hot=getattr(drafter, "one_hot", False),
-                        method=decoding.verifier)
+    test = verify_block_logits(p_logits, block[1:], q_rows, **decoding.kwargs(),
+                               one_hot=getattr(drafter, "one_hot", False), method=decoding.verifier)
     a, nxt = test.accepted, test.next_token
     t_cache.crop(n + a)
     if drafter is None:

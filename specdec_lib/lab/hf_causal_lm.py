@@ -5,8 +5,8 @@ The lab's decoders ask a model for three things: `vocab` and `max_len`, `new_cac
 gives a transformers `AutoModelForCausalLM` exactly that: its cache is a DynamicCache, cropped on rejection
 (transformers 5.x crops by a negative count of tokens to remove), and after a tree pass it keeps the accepted path
 (`keep`, as KVCache.keep), so sd.lab.generate_tree runs on it too (lookahead, a tree of one-hot guesses). HFLayers
-runs the decoder a range of layers at a time, so sd.lab.early_exit shares one DynamicCache between the model and its
-first layers. Nothing in the decoders knows which model it runs.
+runs the decoder a range of layers at a time, so sd.lab.early_exit_pair shares one DynamicCache between the model and
+its first layers. Nothing in the decoders knows which model it runs.
 transformers is imported lazily (HFCache, surface.tiny_causal_lm behind tiny_hf_model), so the lab imports without it.
 """
 from __future__ import annotations
@@ -120,7 +120,7 @@ class HFCausalLM:
         return sum(p.numel() for p in self.model.parameters())
 
     def layer_runner(self) -> HFLayers:
-        """The decoder a range of layers at a time (HFLayers), as sd.lab.early_exit runs it."""
+        """The decoder a range of layers at a time (HFLayers), as sd.lab.early_exit_pair runs it."""
         return HFLayers(self)
 
 
@@ -130,7 +130,7 @@ def _bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 class HFLayers:
-    """An HFCausalLM's decoder a range of layers at a time, as sd.lab.early_exit runs it (one cache, shared).
+    """An HFCausalLM's decoder a range of layers at a time, as sd.lab.early_exit_pair runs it (one cache, shared).
 
     It drives transformers' own modules (embed_tokens, rotary_emb, layers[i], norm, lm_head) the way the model's
     forward does, with an explicit causal mask, so the lower layers may hold more positions than the upper ones.
@@ -212,7 +212,7 @@ def early_exit_lm(lm: HFCausalLM, exit_layer: int) -> HFCausalLM:
     """lm's first exit_layer decoder layers, then its final norm and head, sharing lm's weights (no copy): an early
     exit of a transformers model, to draft for lm as a NeuralDraft.
 
-    Unlike sd.lab.early_exit(lm, exit_layer), which shares one cache with lm, it keeps a cache of its own
+    Unlike sd.lab.early_exit_pair(lm, exit_layer), which shares one cache with lm, it keeps a cache of its own
     (exit_layer layers), so verification recomputes the lower layers the draft ran: set beside the shared cache, it
     shows what sharing saves. It works wherever the model's decoder loops over `layers[:config.num_hidden_layers]`
     (Qwen2 and Llama in transformers 5).

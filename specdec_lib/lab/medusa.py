@@ -28,7 +28,7 @@ from .transformer import CachedLM
 from .tree_attention import tree_from_widths
 from .tree_decoding import DraftTree
 
-__all__ = ["ResBlock", "MedusaHeads", "MedusaDraft", "medusa"]
+__all__ = ["ResBlock", "MedusaHeads", "MedusaDraft", "medusa_pair"]
 
 
 class ResBlock(nn.Module):
@@ -126,7 +126,7 @@ class MedusaDraft:
         return DraftTree(tree, torch.cat(q_rows + [leaves]))
 
 
-def medusa(model: CachedLM, heads: MedusaHeads) -> tuple[FeatureTarget, MedusaDraft]:
+def medusa_pair(model: CachedLM, heads: MedusaHeads) -> tuple[FeatureTarget, MedusaDraft]:
     """(target, draft) for sd.lab.generate_speculative (k <= heads) or sd.lab.generate_tree."""
     if not isinstance(model, CachedLM):
         raise TypeError(f"model must be a CachedLM (the lab's transformer), got {type(model).__name__}")

@@ -283,7 +283,7 @@ class ExitRun:
     task: str
     exit_layer: int
     layers: int
-    cache: str  # "shared": one cache with the target (sd.lab.early_exit); "own": a separate draft (early_exit_lm)
+    cache: str  # "shared": one cache with the target (sd.lab.early_exit_pair); "own": a separate draft (early_exit_lm)
     k: int
     T_1: float  # seconds per plain decode step
     c_d: float  # D(k) / (k T_1)

@@ -1,7 +1,7 @@
 """The lab's trained models: loaded from, and saved to, specdec_lib/lab/weights/ (`make models`).
 
 pair.pt holds the target and the 1-layer draft; draft_deep.pt a 2-layer draft of width 64 for the same target;
-early_exit.pt the target after a short early-exit fine-tune ("target_ee", for sd.lab.early_exit); medusa.pt
+early_exit.pt the target after a short early-exit fine-tune ("target_ee", for sd.lab.early_exit_pair); medusa.pt
 Medusa heads and eagle.pt an EAGLE-style feature draft (lab/eagle.py), both trained on the frozen target.
 Each file is a dict {name: float16 state dict, name + "_config": LMConfig fields ({"num_heads": K} for Medusa's
 heads)}, loaded with weights_only.
@@ -67,7 +67,7 @@ def load_target(name: str = "target", device: str | torch.device = "cpu") -> Cac
 
 def load_heads(name: str = "medusa", device: str | torch.device = "cpu") -> MedusaHeads | EagleDraft:
     """A net trained on the frozen 'target' (load_target()), as float32 on device: 'medusa' (MedusaHeads, for
-    sd.lab.medusa) or 'eagle' (an EagleDraft, for eagle() in lab/eagle.py)."""
+    sd.lab.medusa_pair) or 'eagle' (an EagleDraft, for eagle_pair() in lab/eagle.py)."""
     check_choice("name", name, tuple(HEADS_FILES))
     path = WEIGHTS_DIR / HEADS_FILES[name]
     if not path.exists():

@@ -154,7 +154,7 @@ def test_the_bridge_maps_settings_to_the_same_law(pair):
     law = hf.generate_law(target, hs.PROMPT, hs.sampling_config(**hf.generation_kwargs(s)))
     g = torch.Generator().manual_seed(0)
     for method in hs.SPECULATIVE:
-        tokens, logprobs, stop = hf.generate_sample(target, draft, hs.PROMPT, s, 2, g, method=method)
+        tokens, logprobs, stop = hf.generate_once(target, draft, hs.PROMPT, s, 2, g, method=method)
         assert tokens in law.law and stop == ("eos" if tokens[-1] == 0 else "length")
         expected = [law.scores[tokens[:i]].double().log_softmax(-1)[t].item() for i, t in enumerate(tokens)]
         assert max(abs(a - b) for a, b in zip(logprobs, expected)) < 1e-5
@@ -176,9 +176,9 @@ def test_helpers_validate_input(pair):
     with pytest.raises(ValueError, match="method must be"):
         hs.surface_cases(("greedy",))
     with pytest.raises(TypeError, match="generator must be a torch.Generator"):
-        hs.sample_generate(pair[0], 1, None)
+        hs.generate_samples(pair[0], 1, None)
     with pytest.raises(ValueError, match="needs a draft"):
-        hs.sample_generate(pair[0], 1, torch.Generator(), method="assisted")
+        hs.generate_samples(pair[0], 1, torch.Generator(), method="assisted")
     with pytest.raises(ValueError, match="name must be one of"):
         hs.coin_edge(1, name="nope", pair=pair)
     with pytest.raises(ValueError, match="split must be >= 16"):
@@ -188,7 +188,7 @@ def test_helpers_validate_input(pair):
 @pytest.mark.heavy
 def test_sampling_leaves_the_global_generator_alone(pair):
     state = torch.get_rng_state()
-    a = hs.sample_generate(pair[0], 5, torch.Generator().manual_seed(3), method="prompt_lookup")
+    a = hs.generate_samples(pair[0], 5, torch.Generator().manual_seed(3), method="prompt_lookup")
     assert torch.equal(torch.get_rng_state(), state)
-    b = hs.sample_generate(pair[0], 5, torch.Generator().manual_seed(3), method="prompt_lookup")
+    b = hs.generate_samples(pair[0], 5, torch.Generator().manual_seed(3), method="prompt_lookup")
     assert [s.tokens for s in a] == [s.tokens for s in b]  # seeded: the same draws

@@ -7,7 +7,7 @@ import torch
 
 import specdec_lib as sd
 from specdec_lib.block_verification import verify_batch_block
-from specdec_lib.lab.accept import accept_block
+from specdec_lib.lab.accept import verify_block_logits
 from specdec_lib.lab.drafters import NeuralDraft, as_drafter
 from specdec_lib.lab.steps import policy_probs
 from specdec_lib.lab.transformer import CachedLM, LMConfig
@@ -147,14 +147,14 @@ def _case(g, k, V, one_hot, peaked):
 @pytest.mark.heavy
 @pytest.mark.parametrize("one_hot", [False, True])
 @pytest.mark.parametrize("policy", [{"temperature": 1.0, "top_k": None}, {"temperature": 0.7, "top_k": 3}])
-def test_accept_block_draws_what_verify_batch_draws(one_hot, policy):
+def test_verify_block_logits_draws_what_verify_batch_draws(one_hot, policy):
     g = torch.Generator().manual_seed(7)
     outcomes = set()
     for trial in range(300):
         k, V = 1 + trial % 5, 6
         logits, q, proposals = _case(g, k, V, one_hot, peaked=trial % 2 == 0)
         g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
-        test = accept_block(logits, proposals, q, generator=g1, one_hot=one_hot, **policy)
+        test = verify_block_logits(logits, proposals, q, generator=g1, one_hot=one_hot, **policy)
         a, nxt = test.accepted, test.next_token
         p = policy_probs(logits, policy["temperature"], policy["top_k"])
         acc, ref = verify_batch(p[None], q[None], proposals[None], g2)
@@ -167,7 +167,7 @@ def test_accept_block_draws_what_verify_batch_draws(one_hot, policy):
 @pytest.mark.heavy
 @pytest.mark.parametrize("one_hot", [False, True])
 @pytest.mark.parametrize("policy", [{"temperature": 1.0, "top_k": None}, {"temperature": 0.7, "top_k": 3}])
-def test_accept_block_block_method_draws_what_verify_batch_block_draws(one_hot, policy):
+def test_verify_block_logits_block_method_draws_what_verify_batch_block_draws(one_hot, policy):
     g = torch.Generator().manual_seed(8)
     outcomes, differ = set(), 0
     for trial in range(300):
@@ -175,21 +175,21 @@ def test_accept_block_block_method_draws_what_verify_batch_block_draws(one_hot, 
         logits, q, proposals = _case(g, k, V, one_hot, peaked=trial % 2 == 0)
         g1, g2 = torch.Generator().manual_seed(trial), torch.Generator().manual_seed(trial)
         q_in = None if one_hot and trial % 3 == 0 else q  # a one-hot draft's q is built from the proposals
-        test = accept_block(logits, proposals, q_in, generator=g1, one_hot=one_hot, method="block", **policy)
+        test = verify_block_logits(logits, proposals, q_in, generator=g1, one_hot=one_hot, method="block", **policy)
         p = policy_probs(logits, policy["temperature"], policy["top_k"]).double()
         acc, ref = verify_batch_block(p[None], q.double()[None], proposals[None], g2)
         assert (test.accepted, int(test.next_token)) == (int(acc[0]), int(ref[0])), trial
         assert torch.rand(1, generator=g1) == torch.rand(1, generator=g2)  # the same number of draws
         outcomes.add(test.accepted == k)
         g3 = torch.Generator().manual_seed(trial)  # the same uniforms under the token rule
-        token = accept_block(logits, proposals, q, generator=g3, one_hot=one_hot, **policy)
+        token = verify_block_logits(logits, proposals, q, generator=g3, one_hot=one_hot, **policy)
         differ += (test.accepted, int(test.next_token)) != (token.accepted, int(token.next_token))
     assert outcomes == {True, False}  # both branches: a stop before the end (residual) and a full block (bonus)
     assert differ > 0  # negative control: the token rule, on the same uniforms, fails the comparison above
 
 
 @pytest.mark.parametrize("method", ["token", "block"])
-def test_accept_block_greedy_equals_greedy_batch(method):
+def test_verify_block_logits_greedy_equals_greedy_batch(method):
     """A greedy target makes block verification the token rule: both keep the argmax-matching prefix."""
     g = torch.Generator().manual_seed(3)
     seen = set()
@@ -197,7 +197,7 @@ def test_accept_block_greedy_equals_greedy_batch(method):
         k = 1 + trial % 6
         logits = torch.randn(k + 1, 3, generator=g)  # (k+1, 3): small V, so proposals often match
         proposals = torch.randint(0, 3, (k,), generator=g)
-        test = accept_block(logits, proposals, None, temperature=0.0, top_k=None, generator=None, method=method)
+        test = verify_block_logits(logits, proposals, None, temperature=0.0, top_k=None, generator=None, method=method)
         a, nxt = test.accepted, test.next_token
         acc, ref = greedy_batch(logits[None], proposals[None])
         assert (a, int(nxt)) == (int(acc[0]), int(ref[0]))
@@ -205,7 +205,7 @@ def test_accept_block_greedy_equals_greedy_batch(method):
     assert len(seen) >= 4  # rejections at several positions, and full blocks
 
 
-def test_accept_block_validation():
+def test_verify_block_logits_validation():
     g = torch.Generator().manual_seed(0)
     logits, q, proposals = _case(g, 2, 4, one_hot=False, peaked=False)  # (3, 4), (2, 4), (2,)
     sampled = {"temperature": 1.0, "top_k": None, "generator": torch.Generator().manual_seed(1)}
@@ -227,10 +227,10 @@ def test_accept_block_validation():
     ]
     for args, kwargs, exc, match in cases:
         with pytest.raises(exc, match=match):
-            accept_block(*args, **kwargs)
+            verify_block_logits(*args, **kwargs)
     # q_rows=None stays valid where q is never read: greedy, and one-hot drafts (the residual is p minus x)
-    accept_block(logits, proposals, None, temperature=0.0, top_k=None, generator=None)
-    accept_block(logits, proposals, None, one_hot=True, **sampled)
-    assert accept_block(logits[:1], proposals[:0], q[:0], **sampled).accepted == 0  # k = 0: the bonus token alone
-    assert accept_block(logits[:1], proposals[:0], q[:0], **sampled, method="block").accepted == 0
-    accept_block(logits, proposals, None, one_hot=True, method="block", **sampled)
+    verify_block_logits(logits, proposals, None, temperature=0.0, top_k=None, generator=None)
+    verify_block_logits(logits, proposals, None, one_hot=True, **sampled)
+    assert verify_block_logits(logits[:1], proposals[:0], q[:0], **sampled).accepted == 0  # k = 0: the bonus alone
+    assert verify_block_logits(logits[:1], proposals[:0], q[:0], **sampled, method="block").accepted == 0
+    verify_block_logits(logits, proposals, None, one_hot=True, method="block", **sampled)

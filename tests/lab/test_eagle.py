@@ -9,7 +9,7 @@ from lab_law import accepts_first_proposals, assert_measured_like_any_draft, emp
 
 import specdec_lib as sd
 from specdec_lib.lab.drafters import start_states
-from specdec_lib.lab.eagle import EagleDraft, EagleDrafter, eagle, eagle_config
+from specdec_lib.lab.eagle import EagleDraft, EagleDrafter, eagle_config, eagle_pair
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain, generate_speculative, verify_round
 from specdec_lib.lab.steps import GREEDY
 from specdec_lib.lab.transformer import LMConfig, TinyCausalLM
@@ -41,7 +41,7 @@ def test_cached_rows_equal_one_teacher_forced_pass_and_the_logits_are_the_target
         parts = torch.cat([net(f[:, :6], e[:, :6], kv, 0), net(f[:, 6:-1], e[:, 6:], kv, 6)], 1)
     torch.testing.assert_close(parts, full, rtol=0, atol=1e-5)
     assert kv.length == 13 and kv.k.shape[0] == 1  # one layer
-    target, draft = eagle(model, net)
+    target, draft = eagle_pair(model, net)
     cache = target.new_cache()
     target(x[:, :-1], cache)
     state = draft.start(x[0], cache)
@@ -56,7 +56,7 @@ def test_cached_rows_equal_one_teacher_forced_pass_and_the_logits_are_the_target
 @pytest.mark.parametrize("verifier", ["token", "block"])
 def test_speculative_greedy_equals_plain_greedy_on_a_tiny_model(verifier):
     model = TinyCausalLM(vocab=12, n_layer=2, seed=1)
-    target, draft = eagle(model, _random_draft(model, seed=2))
+    target, draft = eagle_pair(model, _random_draft(model, seed=2))
     for prompt in (torch.tensor([1, 5]), torch.tensor([1, 5, 2, 7, 3])):
         plain = generate_plain(model, prompt, 24)
         for k in (1, 2, 3, 5):
@@ -67,7 +67,7 @@ def test_speculative_greedy_equals_plain_greedy_on_a_tiny_model(verifier):
 @pytest.mark.heavy
 def test_trained_draft_greedy_equals_plain_greedy(trained):
     model, net = trained
-    target, draft = eagle(model, net)
+    target, draft = eagle_pair(model, net)
     prompt = sd.lab.corpus_prompts(1, 48, seed=2)[0]
     plain = generate_plain(model, prompt, 64)
     for k in (1, 2, 4, 6):
@@ -89,7 +89,7 @@ class _KeepsPredictedRows(EagleDrafter):
 def _cache_errors(model, net, drafter_cls, prompt, n_new=48, k=4):
     """Max over greedy rounds of |draft cache - a fresh draft's cache over the committed text's true features|,
     and the tokens per round."""
-    target, draft = eagle(model, net)
+    target, draft = eagle_pair(model, net)
     draft = drafter_cls(model, net)
     t_cache, state = start_states(target, draft, prompt)
     L = prompt.numel()
@@ -144,7 +144,8 @@ PROMPT = torch.tensor([1, 2, 3, 1])
 
 def _pair():
     model = TinyCausalLM(vocab=V, n_layer=2, seed=5)
-    return model, eagle(model, _random_draft(model, seed=3, init_std=0.1))  # q_1 (.19 .13 .20 .48), p (.10 .47 .26 .16)
+    # q_1 (.19 .13 .20 .48), p (.10 .47 .26 .16)
+    return model, eagle_pair(model, _random_draft(model, seed=3, init_std=0.1))
 
 
 def _empirical(target, draft, verifier, n=N, seed=0):
@@ -230,7 +231,7 @@ def test_the_trained_draft_retires_more_tokens_per_round_than_an_untrained_one(t
     assert isinstance(net, EagleDraft) and net.config == eagle_config(model.config) and not net.training
     tokens = {}
     for name, n in (("untrained", EagleDraft(eagle_config(model.config))), ("trained", net)):
-        target, draft = eagle(model, n)
+        target, draft = eagle_pair(model, n)
         log = sd.SpecDecodeLog(k=4, policy="greedy", temperature=0.0)
         for prompt in sd.lab.corpus_prompts(8, 64, seed=5):
             generate_speculative(target, draft, prompt, 64, 4, log=log)
@@ -242,13 +243,13 @@ def test_the_trained_draft_retires_more_tokens_per_round_than_an_untrained_one(t
 def test_time_terms_and_measure_speedup_take_the_eagle_draft():
     """The clock's phases run on the shared cache and leave both caches where a round starts."""
     model = TinyCausalLM(vocab=8, n_layer=2, seed=1)
-    assert_measured_like_any_draft(*eagle(model, _random_draft(model)), "eagle", 8)
+    assert_measured_like_any_draft(*eagle_pair(model, _random_draft(model)), "eagle", 8)
 
 
 # --- bad input --------------------------------------------------------------------------------------------------
 def test_bad_arguments_are_named():
     model = TinyCausalLM(vocab=8, n_layer=2, max_len=16, seed=1)
-    target, draft = eagle(model, _random_draft(model))
+    target, draft = eagle_pair(model, _random_draft(model))
     prompt = torch.tensor([1, 2, 3])
     with pytest.raises(TypeError, match="target_cache must be a FeatureCache"):
         generate_speculative(model, draft, prompt, 4, 1)
@@ -263,11 +264,11 @@ def test_bad_arguments_are_named():
         draft.propose(state, prompt, 4, 1, **GREEDY.kwargs())
     other = TinyCausalLM(vocab=9, n_layer=2, seed=1)
     with pytest.raises(ValueError, match="net must match the model's vocabulary and width"):
-        eagle(other, _random_draft(model))
+        eagle_pair(other, _random_draft(model))
     with pytest.raises(TypeError, match="model must be a CachedLM"):
-        eagle(object(), _random_draft(model))
+        eagle_pair(object(), _random_draft(model))
     with pytest.raises(TypeError, match="net must be an EagleDraft"):
-        eagle(model, model)
+        eagle_pair(model, model)
     with pytest.raises(ValueError, match="config must be an LMConfig with n_layer = 1"):
         EagleDraft(model.config)
     with pytest.raises(ValueError, match="start must be the cache's length"):

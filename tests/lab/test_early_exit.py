@@ -7,7 +7,7 @@ import torch
 from lab_law import assert_measured_like_any_draft, early_exit_bugs, empirical
 
 import specdec_lib as sd
-from specdec_lib.lab.early_exit import EarlyExitTarget, SharedCache, early_exit
+from specdec_lib.lab.early_exit import EarlyExitTarget, SharedCache, early_exit_pair
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain, generate_speculative
 from specdec_lib.lab.transformer import TinyCausalLM
 
@@ -31,7 +31,7 @@ def test_speculative_greedy_equals_plain_greedy_at_every_exit_layer(trained, ver
     prompt = sd.lab.corpus_prompts(1, 48)[0]
     plain = generate_plain(trained, prompt, 64)
     for exit_layer in range(1, len(trained.blocks)):
-        target, draft = early_exit(trained, exit_layer)
+        target, draft = early_exit_pair(trained, exit_layer)
         for k in (1, 2, 4, 6):
             out = generate_speculative(target, draft, prompt, 64, k, decoding=Decoding(verifier=verifier))
             assert torch.equal(out, plain), (exit_layer, k)
@@ -39,7 +39,7 @@ def test_speculative_greedy_equals_plain_greedy_at_every_exit_layer(trained, ver
 
 def test_the_shared_cache_after_a_round_holds_what_the_invariant_says(trained):
     """After each round: every layer holds the committed tokens but the last; no kept state lies beyond them."""
-    target, draft = early_exit(trained, 2)
+    target, draft = early_exit_pair(trained, 2)
     prompt = sd.lab.corpus_prompts(1, 32, seed=3)[0]
     cache = target.new_cache()
     trained_cache = trained.new_cache()
@@ -71,7 +71,7 @@ def test_a_block_the_draft_did_not_propose_is_scored_exactly(trained):
     want = trained(torch.cat([prompt, other])[None])[:, n - 1:]  # (1, 5, V): one uncached pass
     errors = {}
     for cls in (EarlyExitTarget, _NoTokenCheck):
-        target, draft = cls(trained, 2), early_exit(trained, 2)[1]
+        target, draft = cls(trained, 2), early_exit_pair(trained, 2)[1]
         cache = target.new_cache()
         target(prompt[None, :-1], cache)
         draft.propose(draft.start(prompt, cache), prompt, n, 4, temperature=0.0, top_k=None, generator=None)
@@ -103,7 +103,7 @@ def test_early_exit_samples_the_exact_target_distribution(exit_layer, verifier):
     torch.set_num_threads(1)
     model = _tiny()
     exact = exact_continuations(model, PROMPT, HORIZON, temperature=1.0)  # (V^h,)
-    got = _empirical(*early_exit(model, exit_layer), verifier)
+    got = _empirical(*early_exit_pair(model, exit_layer), verifier)
     assert sd.total_variation(got, exact) < sd.tv_noise_bound(exact, N)
 
 
@@ -113,14 +113,14 @@ def test_reading_the_kept_states_one_slot_late_fails_the_same_test():
     torch.set_num_threads(1)
     model = _tiny()
     exact = exact_continuations(model, PROMPT, HORIZON, temperature=1.0)
-    got = _empirical(_OneSlotLate(model, 1), early_exit(model, 1)[1], "token")
+    got = _empirical(_OneSlotLate(model, 1), early_exit_pair(model, 1)[1], "token")
     assert sd.total_variation(got, exact) > sd.tv_noise_bound(exact, N)
 
 
 # --- measured like every other draft ---------------------------------------------------------------------------
 def test_time_terms_and_measure_speedup_take_an_early_exit():
     """The clock's phases run on the shared cache and leave it where a round starts; greedy pairs stay exact."""
-    assert_measured_like_any_draft(*early_exit(TinyCausalLM(vocab=8, n_layer=3, seed=1), 1), "exit@1", 8)
+    assert_measured_like_any_draft(*early_exit_pair(TinyCausalLM(vocab=8, n_layer=3, seed=1), 1), "exit@1", 8)
 
 
 @pytest.mark.heavy
@@ -140,16 +140,16 @@ def test_make_measure_runs_an_early_exit(capsys):
 def test_bad_arguments_are_named():
     model = _tiny()
     with pytest.raises(ValueError, match="exit_layer must be below"):
-        early_exit(model, 3)
+        early_exit_pair(model, 3)
     with pytest.raises(ValueError, match="exit_layer"):
-        early_exit(model, 0)
+        early_exit_pair(model, 0)
     with pytest.raises(TypeError, match="model must be a CachedLM"):
-        early_exit(object(), 1)
-    target, draft = early_exit(model, 1)
+        early_exit_pair(object(), 1)
+    target, draft = early_exit_pair(model, 1)
     with pytest.raises(TypeError, match="target_cache must be the SharedCache"):
         draft.start(PROMPT, model.new_cache())
     with pytest.raises(TypeError, match="target_cache must be the SharedCache"):
-        draft.start(PROMPT, early_exit(model, 2)[0].new_cache())
+        draft.start(PROMPT, early_exit_pair(model, 2)[0].new_cache())
     with pytest.raises(TypeError, match="cache must be a SharedCache"):
         target(PROMPT[None], model.new_cache())
     with pytest.raises(ValueError, match="batch must be 1"):
@@ -172,7 +172,7 @@ def test_exit_logits_end_with_the_model_and_read_each_layer_through_the_head():
     rows = sd.lab.exit_logits(model, x)
     assert len(rows) == 3 and all(r.shape == (1, 9, 11) for r in rows)
     torch.testing.assert_close(rows[-1], model(x), rtol=0, atol=1e-5)
-    target, draft = early_exit(model, 1)
+    target, draft = early_exit_pair(model, 1)
     cache = target.new_cache()
     target(x[:, :-1], cache)
     state = draft.start(x[0], cache)

@@ -1,4 +1,4 @@
-"""Early exit of a transformers model through one shared DynamicCache (sd.lab.early_exit on an HFCausalLM): greedy
+"""Early exit of a transformers model through one shared DynamicCache (sd.lab.early_exit_pair on an HFCausalLM): greedy
 output equal to plain, the lower layers running ahead and verification giving the model's rows, a block the draft
 did not propose scored exactly, and the target's law; each with a negative control that fails it."""
 import pytest
@@ -23,7 +23,7 @@ def test_shared_cache_greedy_equals_plain_greedy_at_every_exit_layer(arch):
     prompt = torch.tensor([1, 2, 3, 1, 2, 3, 4])
     plain = generate_plain(lm, prompt, 24)
     for exit_layer in (1, 2):
-        target, draft = sd.lab.early_exit(lm, exit_layer)
+        target, draft = sd.lab.early_exit_pair(lm, exit_layer)
         for k in (1, 2, 4):
             for verifier in ("token", "block"):
                 out = generate_speculative(target, draft, prompt, 24, k, decoding=Decoding(verifier=verifier))
@@ -35,7 +35,7 @@ def test_the_lower_layers_run_ahead_and_verification_gives_the_models_rows(arch)
     """After proposing 4: layers < L hold 3 positions more than the rest; one verification pass brings every layer
     to n + 4 and its rows are the model's own; a crop rolls every layer back."""
     lm = tiny_hf_model(arch, vocab=16, seed=4, layers=3)
-    target, draft = sd.lab.early_exit(lm, 2)
+    target, draft = sd.lab.early_exit_pair(lm, 2)
     prompt = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
     n = prompt.numel()
     cache = target.new_cache()
@@ -62,7 +62,7 @@ def test_a_block_the_draft_did_not_propose_is_scored_exactly():
     want = lm(torch.cat([prompt, other])[None])[:, n - 1:]
     errors = {}
     for cls in (sd.lab.EarlyExitTarget, NoTokenCheck):
-        target, draft = cls(lm, 2), sd.lab.early_exit(lm, 2)[1]
+        target, draft = cls(lm, 2), sd.lab.early_exit_pair(lm, 2)[1]
         cache = target.new_cache()
         target(prompt[None, :-1], cache)
         proposals, _ = draft.propose(draft.start(prompt, cache), prompt, n, 4, temperature=0.0, top_k=None,
@@ -83,7 +83,7 @@ def _tv(cls, seed=0):
     torch.set_num_threads(1)
     lm = tiny_hf_model("qwen2", vocab=V, seed=6, layers=3)
     exact = exact_continuations(lm, PROMPT, HORIZON, temperature=1.0)
-    target, draft = cls(lm, 1), sd.lab.early_exit(lm, 1)[1]
+    target, draft = cls(lm, 1), sd.lab.early_exit_pair(lm, 1)[1]
     got = empirical(lambda g: generate_speculative(target, draft, PROMPT, HORIZON, K, decoding=Decoding(
         temperature=1.0, generator=g)), vocab=V, horizon=HORIZON, n=N, seed=seed)
     return sd.total_variation(got, exact), sd.tv_noise_bound(exact, N)
@@ -103,15 +103,15 @@ def test_reading_the_kept_states_one_slot_late_fails_the_same_test():
 
 def test_time_terms_and_measure_speedup_take_a_shared_cache_exit():
     lm = tiny_hf_model("qwen2", vocab=16, seed=7, layers=3)
-    assert_measured_like_any_draft(*sd.lab.early_exit(lm, 1), "exit@1", 16)
+    assert_measured_like_any_draft(*sd.lab.early_exit_pair(lm, 1), "exit@1", 16)
 
 
 def test_bad_arguments_are_named():
     lm = tiny_hf_model("qwen2", vocab=16, seed=0, layers=3)
     with pytest.raises(ValueError, match="exit_layer must be below the model's 3 layers"):
-        sd.lab.early_exit(lm, 3)
+        sd.lab.early_exit_pair(lm, 3)
     with pytest.raises(TypeError, match="or an HFCausalLM"):
-        sd.lab.early_exit(lm.model, 1)
+        sd.lab.early_exit_pair(lm.model, 1)
     lm.config.layer_types = ["full_attention", "sliding_attention", "full_attention"]
     with pytest.raises(ValueError, match="lm must use full attention at every layer"):
         HFLayers(lm)

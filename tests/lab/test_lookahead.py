@@ -210,7 +210,7 @@ def test_measure_trees_takes_lookahead_and_a_static_medusa_tree():
     assert t.trees == [None] and t.nodes == [LookaheadDraft(6, window=2, ngram=3, guesses=2).tree_bounds()[0]]
     assert t.T_1 > 0 and 1.0 <= t.e_n[0] <= 3 and t.c_v[0] > 0
     assert "own" in str(t)
-    heads_target, heads = sd.lab.medusa(model, sd.lab.MedusaHeads(model, 2))
+    heads_target, heads = sd.lab.medusa_pair(model, sd.lab.MedusaHeads(model, 2))
     t = measure_trees(heads_target, heads, prompts, [(2,), (2, 1)], rule="mss", plan=plan, temperature=1.0)
     assert t.nodes == [2, 4] and all(1.0 <= e <= len(w) + 1 for e, w in zip(t.e_n, t.trees))
 
@@ -224,7 +224,7 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="widths must be None: lookahead builds its own tree"):
         generate_tree(model, LookaheadDraft(6), prompt, 4, (2,), rule=GREEDY_RULE)
     with pytest.raises(ValueError, match="widths must be given for a drafter without a tree of its own"):
-        generate_tree(*sd.lab.medusa(model, sd.lab.MedusaHeads(model, 2)), prompt, 4)
+        generate_tree(*sd.lab.medusa_pair(model, sd.lab.MedusaHeads(model, 2)), prompt, 4)
     with pytest.raises(ValueError, match="ngram must be >= 3"):
         LookaheadDraft(6, ngram=2)
     with pytest.raises(ValueError, match="window must be >= 2"):

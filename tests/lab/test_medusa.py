@@ -10,7 +10,7 @@ import specdec_lib as sd
 from specdec_lib.cost import tree_nodes
 from specdec_lib.lab.features import FeatureCache, FeatureTarget
 from specdec_lib.lab.generation import Decoding, exact_continuations, generate_plain, generate_speculative
-from specdec_lib.lab.medusa import MedusaHeads, medusa
+from specdec_lib.lab.medusa import MedusaHeads, medusa_pair
 from specdec_lib.lab.steps import GREEDY, prefill
 from specdec_lib.lab.transformer import KVCache, TinyCausalLM
 from specdec_lib.lab.tree_attention import tree_from_widths
@@ -67,7 +67,7 @@ def test_keep_moves_the_path_slots_down_and_checks_them():
 # --- greedy: token for token -----------------------------------------------------------------------------------------
 def test_tree_decoding_greedy_equals_plain_greedy_on_a_tiny_model():
     model = TinyCausalLM(vocab=12, n_layer=2, seed=1)
-    target, draft = medusa(model, _noisy_heads(model, 3, scale=0.2))
+    target, draft = medusa_pair(model, _noisy_heads(model, 3, scale=0.2))
     prompt = torch.tensor([1, 5, 2, 7, 3])
     plain = generate_plain(model, prompt, 24)
     for widths in [(1,), (2, 2), (3, 2, 1), (1, 1, 1)]:
@@ -79,7 +79,7 @@ def test_tree_decoding_greedy_equals_plain_greedy_on_a_tiny_model():
 @pytest.mark.heavy
 def test_trained_heads_greedy_equal_plain_greedy_as_a_chain_and_as_trees(trained):
     model, heads = trained
-    target, draft = medusa(model, heads)
+    target, draft = medusa_pair(model, heads)
     prompt = sd.lab.corpus_prompts(1, 48, seed=2)[0]
     plain = generate_plain(model, prompt, 64)
     for k in (1, 2, 4):
@@ -96,7 +96,7 @@ def test_trained_heads_guess_ahead_better_than_the_untrained_ones(trained):
     model, heads = trained
     tokens = {}
     for name, h in (("untrained", MedusaHeads(model, 4)), ("trained", heads)):
-        target, draft = medusa(model, h)
+        target, draft = medusa_pair(model, h)
         log = sd.SpecDecodeLog(k=4, policy="greedy", temperature=0.0)
         for prompt in sd.lab.corpus_prompts(8, 64, seed=5):
             generate_speculative(target, draft, prompt, 64, 4, log=log)
@@ -114,7 +114,7 @@ PROMPT = torch.tensor([1, 2, 3, 1])
 
 def _pair():
     model = TinyCausalLM(vocab=V, n_layer=2, seed=5)
-    return model, medusa(model, _noisy_heads(model, 3))
+    return model, medusa_pair(model, _noisy_heads(model, 3))
 
 
 def _empirical(target, draft, widths, rule, seed=1):
@@ -193,13 +193,13 @@ def test_after_a_tree_round_the_cache_holds_the_accepted_path_as_a_chain_pass_wo
 # --- measured like every other draft -------------------------------------------------------------------------------
 def test_time_terms_and_measure_speedup_take_medusa_heads():
     model = TinyCausalLM(vocab=8, n_layer=2, seed=1)
-    assert_measured_like_any_draft(*medusa(model, _noisy_heads(model, 3, scale=0.2)), "medusa", 8)
+    assert_measured_like_any_draft(*medusa_pair(model, _noisy_heads(model, 3, scale=0.2)), "medusa", 8)
 
 
 # --- bad input ---------------------------------------------------------------------------------------------------
 def test_bad_arguments_are_named():
     model = TinyCausalLM(vocab=8, n_layer=2, seed=1)
-    target, draft = medusa(model, MedusaHeads(model, 2))
+    target, draft = medusa_pair(model, MedusaHeads(model, 2))
     prompt = torch.tensor([1, 2, 3])
     with pytest.raises(ValueError, match="k must be at most the number of heads"):
         generate_speculative(target, draft, prompt, 4, 3)
