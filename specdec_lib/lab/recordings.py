@@ -1,6 +1,6 @@
 """Lab: the recorded runs and the one reader of them, every file checked against its declared schema.
 
-Four benchmarks write a recording; the committed ones (specdec_lib/data/) are what figures, notebooks and exercises
+Five benchmarks write a recording; the committed ones (specdec_lib/data/) are what figures, notebooks and exercises
 print, so they show the same numbers on every machine and never time anything. A recording's kind is the make target
 that writes it:
 
@@ -9,6 +9,7 @@ that writes it:
     measure-self       self_drafts_reference.json  SelfRecording      benchmarks/measure_self.py --json
     measure-real       real_pair_reference.json    RealRecording      benchmarks/measure_real.py --json
     measure-real-self  real_self_reference.json    RealSelfRecording  benchmarks/measure_real_self.py --json
+    measure-gpu        gpu_reference.json          GPURecording       benchmarks/gpu_reference_from_probe.py
 
 A file is `dataclasses.asdict` of its record plus "schema" (SCHEMAS[kind]). load_recording checks the schema, then
 every field by name (each present but those with a default, which a file written before the field existed lacks;
@@ -24,6 +25,7 @@ from importlib import resources
 
 from .._checks import check_choice
 from .batch_cost import BatchCost, LinearCost, fit_c_v
+from .gpu_recording import GPU_CHOICES, GPURecording, check_gpu_recording
 from .recorded_terms import RunRepeat, check_repeats
 from .schema import load_checked
 from .speedup_table import SpeedupTable
@@ -394,6 +396,7 @@ _KINDS = {  # kind: (record, its file in specdec_lib/data/, the schemas read (wr
     "measure-self": (SelfRecording, "self_drafts_reference.json", (1,), {}, _check_tables),
     "measure-real": (RealRecording, "real_pair_reference.json", (2, 1), CHOICES, _check_pair),
     "measure-real-self": (RealSelfRecording, "real_self_reference.json", (1,), CHOICES, _check_self),
+    "measure-gpu": (GPURecording, "gpu_reference.json", (1,), GPU_CHOICES, check_gpu_recording),
 }
 REFERENCE_PATHS = {kind: pathlib.Path(str(resources.files("specdec_lib") / "data" / file))
                    for kind, (_, file, *_) in _KINDS.items()}  # the committed recordings
