@@ -24,6 +24,9 @@
 #                    repeated 3 times (~85 min here, estimated; MEASURE_REAL_ARGS="--repeats 1" for one pass)
 #   make measure-real-self  early exit and lookahead on the real target (~22 min); rewrites
 #                    specdec_lib/data/real_self_reference.json, which notebook 09 reads (MEASURE_REAL_SELF_ARGS)
+#   make measure-gpu  the real pair's cost terms on a GPU (eager; random weights of their shapes if the real ones are
+#                    absent): T_1, c_d(k), c_v(k; B), drafts by depth, predictions; on a GPU rewrites
+#                    specdec_lib/data/gpu_reference.json (MEASURE_GPU_ARGS="--help"; --tiny --json FILE on the CPU)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
@@ -53,7 +56,7 @@ PORTABLE_JOBS ?= 2
 PORTABLE_SKIP ?=
 PORTABLE_ARGS = --jobs $(PORTABLE_JOBS)$(if $(strip $(PORTABLE_SKIP)), $(addprefix --skip ,$(PORTABLE_SKIP)))
 
-.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self lock clean distclean help
+.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self measure-gpu lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -196,6 +199,9 @@ measure-real: $(STAMP)
 
 measure-real-self: $(STAMP)
 	$(VPY) benchmarks/measure_real_self.py --json specdec_lib/data/real_self_reference.json $(MEASURE_REAL_SELF_ARGS)
+
+measure-gpu: $(STAMP)
+	$(VPY) benchmarks/measure_gpu.py $(MEASURE_GPU_ARGS)
 
 # Freeze the current .venv into requirements.lock, then environment.yml from the lock.
 lock:

@@ -111,9 +111,9 @@ def _c_d(column: CostColumn, draft: DraftCost, k: int, lookup: DraftCost, eager_
     return draft.at(k) if k in draft.ks else draft.c_d[-1]
 
 
-def predictions(columns: list[CostColumn], cpu) -> list[TaskPrediction]:
-    """Per task: the 0.5B draft at k = 4 and lookup at k = 6 in the eager and captured columns; the other drafts at
-    the 0.5B's E[N]."""
+def predictions(columns: list[CostColumn], cpu, *, model: str = "0.5B") -> list[TaskPrediction]:
+    """Per task: the model draft (called model) and lookup at the CPU recording's k (4 and 6) in the eager and
+    captured columns; the other drafts at the model draft's E[N]."""
     eager = columns[0]
     lookup = eager.draft("lookup")
     out = []
@@ -121,11 +121,11 @@ def predictions(columns: list[CostColumn], cpu) -> list[TaskPrediction]:
         names = [d.draft for d in column.drafts if d.draft not in ("lookup", "one_layer_0.5B_width")] + ["lookup"]
         for task in cpu.tasks:
             for name in names:
-                kind, k = ("lookup", 6) if name == "lookup" else ("model", 4)
-                run = cpu.run(task, kind)
+                run = cpu.run(task, "lookup" if name == "lookup" else "model")
+                k = run.k
                 draft = lookup if name == "lookup" else column.draft(name)
                 c_d, c_v = _c_d(column, draft, k, lookup, lookup.T_1_ms), _c_v(column, draft, k)
-                own = name in ("0.5B", "lookup")
+                own = name in (model, "lookup")
                 out.append(TaskPrediction(task=task, draft=name, path=column.path, run=column.run, k=k, e_n=run.e_n,
                                           c_d=c_d, c_v=c_v, predicted=sd.cost.cost_equation(run.e_n, draft_steps=k,
                                                                                             c_d=c_d, c_v=c_v),

@@ -7,7 +7,8 @@ batch 1, one target pass over B x T new tokens in ms (pass_ms[B][T], so c_v(k; B
 and the drafts by depth (c_d(k) = D(k) / (k T_1) against the column's target). A column not measured (measured=False)
 holds no terms and says why in its note. A prediction is S = E[N] / (k c_d + c_v(k)) with E[N] from the CPU
 recording (acceptance needs real weights); measured and equal_to_plain are the GPU clock's, with real weights only.
-recordings.py registers the kind and reads the file; benchmarks/gpu_reference_from_probe.py wrote the committed one.
+recordings.py registers the kind and reads the file; benchmarks/measure_gpu.py writes one, and
+benchmarks/gpu_reference_from_probe.py wrote the committed one from an outside probe's figures.
 """
 from __future__ import annotations
 
@@ -124,7 +125,7 @@ class GPURecording:
     """One GPU's cost terms for the real pair's shapes: provenance, machine, method, the columns, the predictions."""
 
     source: str  # who measured it, how, and with what weights
-    measured_by: str  # "an outside probe" or the benchmark that timed it
+    measured_by: str  # "an outside probe" or "benchmarks/measure_gpu.py"
     machine: dict  # gpu, torch, transformers, python, date, ...
     method: dict[str, str]  # what each part timed and how
     weights: str  # "random" (the real shapes), "real" or "tiny"

@@ -9,7 +9,7 @@ that writes it:
     measure-self       self_drafts_reference.json  SelfRecording      benchmarks/measure_self.py --json
     measure-real       real_pair_reference.json    RealRecording      benchmarks/measure_real.py --json
     measure-real-self  real_self_reference.json    RealSelfRecording  benchmarks/measure_real_self.py --json
-    measure-gpu        gpu_reference.json          GPURecording       benchmarks/gpu_reference_from_probe.py
+    measure-gpu        gpu_reference.json          GPURecording       benchmarks/measure_gpu.py --json (gpu_recording)
 
 A file is `dataclasses.asdict` of its record plus "schema" (SCHEMAS[kind]). load_recording checks the schema, then
 every field by name (each present but those with a default, which a file written before the field existed lacks;

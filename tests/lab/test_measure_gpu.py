@@ -1,0 +1,41 @@
+"""benchmarks/measure_gpu.py (`make measure-gpu`) on small random shapes on the CPU: it writes a "measure-gpu"
+recording that the one reader reads back, every term where the schema says, the captured column empty with its note,
+and it never overwrites the committed reference from a --tiny run."""
+import json
+import pathlib
+import sys
+
+import pytest
+
+from specdec_lib.lab.recordings import REFERENCE_PATHS, load_recording
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))  # as the benchmarks find it
+import measure_gpu  # noqa: E402
+
+
+@pytest.mark.heavy
+def test_the_tiny_run_writes_a_recording_the_reader_reads(tmp_path, capsys):
+    out = tmp_path / "gpu.json"
+    assert measure_gpu.main(["--tiny", "--json", str(out), "--device", "cpu", "--reps", "1"]) == 0
+    R = load_recording("measure-gpu", out)
+    assert R.tiny and R.weights == "tiny" and R.measured_by == "benchmarks/measure_gpu.py"
+    assert "measure_gpu.py" in R.source and R.machine["device"] == "cpu" and json.loads(out.read_text())["schema"] == 1
+    eager = R.column("eager", "measure_gpu")
+    assert eager.ks == list(range(1, 9)) and len(eager.c_v) == 8 and eager.T_1_ms > 0
+    assert eager.batches == [1, 4, 16, 64] and all(eager.c_v_batch(k=k, B=64) > 0 for k in range(1, 9))
+    assert "64" in eager.pass_ms["1"] and "128" not in eager.pass_ms["1"]  # --tiny stops the long passes at 64
+    assert [d.draft for d in eager.drafts] == ["draft", "one_layer", "exit2", "lookup"]
+    assert [(d.layers, d.hidden) for d in eager.drafts] == [(2, 32), (1, 64), (2, 64), (0, 0)]
+    captured = R.column("captured")
+    assert not captured.measured and captured.T_1_ms is None and "not built" in captured.note
+    assert {(p.task, p.draft) for p in R.predictions} == {(t, d) for t in ("code", "prose", "edit")
+                                                          for d in ("draft", "one_layer", "exit2", "lookup")}
+    assert all(p.measured is None for p in R.predictions)  # no real weights in a tiny run
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_a_tiny_run_never_writes_the_committed_reference(capsys):
+    for argv in (["--tiny"], ["--tiny", "--json", str(REFERENCE_PATHS["measure-gpu"])], ["--device", "cpu"]):
+        with pytest.raises(SystemExit):
+            measure_gpu.main(argv)
+    assert "never overwrites the committed reference" in capsys.readouterr().err
