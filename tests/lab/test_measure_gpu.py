@@ -39,3 +39,20 @@ def test_a_tiny_run_never_writes_the_committed_reference(capsys):
         with pytest.raises(SystemExit):
             measure_gpu.main(argv)
     assert "never overwrites the committed reference" in capsys.readouterr().err
+
+
+@pytest.mark.heavy
+def test_the_real_weights_runs_measure_each_task_and_fill_the_predictions():
+    # real_runs on tiny models and stand-in prompts: the path a GPU with the real pair takes, greedy and exact
+    import torch
+    from real_tasks import TASKS, tiny_task_prompt
+
+    from specdec_lib.lab.hf_causal_lm import tiny_hf_model
+
+    target, draft = tiny_hf_model("qwen2", vocab=128, seed=0), tiny_hf_model("qwen2", vocab=128, seed=1)
+    prompts = {t: tiny_task_prompt(t, 128, length=16) for t in TASKS}
+    bar = measure_gpu.tqdm(total=6, disable=True)
+    runs = measure_gpu.real_runs(target, draft, prompts, measure_gpu.sd.lab.recorded("measure-real"), n_new=6, reps=1,
+                                 bar=bar)
+    assert set(runs) == {(t, d) for t in TASKS for d in ("0.5B", "lookup")}
+    assert all(r.equal_to_plain and r.measured > 0 and isinstance(r.spec.tokens, torch.Tensor) for r in runs.values())
