@@ -56,7 +56,7 @@ def hub_pair(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     order = top_order(q)  # (m,) the hub a = order[0]
     a, others = order[0], order[1:]
     if others.numel() == 0:  # q is a point mass on a: one draft exists
-        return a.view(1, 1), torch.ones(1, dtype=torch.float64)
+        return a.view(1, 1), torch.ones(1, dtype=torch.float64, device=q.device)
     hub = a.expand_as(others)
     X = torch.cat([torch.stack([others, hub], 1), torch.stack([hub, others], 1)])  # (2(m-1), 2)
     rest = q[others].sum()  # q without a: a sum of the others, never 1 - q(a)
@@ -71,14 +71,14 @@ def draft_outcomes(q: torch.Tensor, num_drafts: int, draws: str) -> tuple[torch.
     check_draws(draws, num_drafts)
     support = top_order(q).tolist()
     if draws == "top":
-        X = torch.tensor([support[:num_drafts]])  # (1, k): the children are fixed
-        return X, torch.ones(1, dtype=torch.float64)
+        X = torch.tensor([support[:num_drafts]], device=q.device)  # (1, k): the children are fixed
+        return X, torch.ones(1, dtype=torch.float64, device=q.device)
     if draws == "hub" and num_drafts == 2:
         return hub_pair(q)
     k = min(num_drafts, len(support))
     without = draws == "without_replacement"
     rows = itertools.permutations(support, k) if without else itertools.product(support, repeat=num_drafts)
-    X = torch.tensor(list(rows), dtype=torch.long)  # (K, k)
+    X = torch.tensor(list(rows), dtype=torch.long, device=q.device)  # (K, k)
     q_x = q[X]  # (K, k) q of each draft
     if not without:
         return X, q_x.prod(-1)
@@ -89,7 +89,7 @@ def draft_outcomes(q: torch.Tensor, num_drafts: int, draws: str) -> tuple[torch.
 
 def _draw_hub(q: torch.Tensor, num_drafts: int, size: int, generator) -> torch.Tensor:
     """SpecHub's drafts (size, k): x ~ q, then a if x != a, else one from q without a (k = 1: q a point mass)."""
-    u = torch.rand(size, 2, dtype=torch.float64, generator=generator)
+    u = torch.rand(size, 2, dtype=torch.float64, generator=generator, device=q.device)
     first = inverse_cdf(q, u[:, 0])  # (size,)
     a = top_order(q)[0]
     if num_drafts == 1 or int((q > 0).sum()) == 1:
@@ -108,6 +108,7 @@ def draw_drafts(q: torch.Tensor, num_drafts: int, draws: str, size: int, generat
     if draws == "hub":
         return _draw_hub(q, num_drafts, size, generator)
     if draws == "iid":  # num_drafts uniforms a step, all read against q's one cumulative sum
-        return inverse_cdf(q, torch.rand(size, num_drafts, dtype=torch.float64, generator=generator))  # (size, k)
+        u = torch.rand(size, num_drafts, dtype=torch.float64, generator=generator, device=q.device)  # (size, k)
+        return inverse_cdf(q, u)
     k = min(num_drafts, int((q > 0).sum()))
     return torch.multinomial(q.expand(size, -1), k, replacement=False, generator=generator)  # as EAGLE-1 drafts

@@ -197,7 +197,7 @@ def _kseq_coins(p, q, X, v: KSeq) -> Coins:
     m = torch.minimum(q, p / rho)  # (V,) what one test keeps of each token
     beta = float(m.sum())
     c = n if beta == 0 else (1 - _reach(beta, n)) / beta  # (1 - (1 - beta)^n) / beta, n in the limit beta -> 0
-    order = torch.arange(n).expand_as(X)
+    order = torch.arange(n, device=X.device).expand_as(X)
     return Coins(order=order, coin=accept_ratio(p[X], rho * q[X]), residual=torch.clamp(p - c * m, min=0.0))
 
 
@@ -233,8 +233,8 @@ def coupled_coins(p: torch.Tensor, q: torch.Tensor, X: torch.Tensor, v: KSeq | H
 def coupled_outcomes(p: torch.Tensor, q: torch.Tensor, X: torch.Tensor, v: KSeq | Hub):
     """(chance (K, k), fallback (K, V)): P(draft j is kept | X), P(all fail and x drawn | X)."""
     t = coupled_coins(p, q, X, v)
-    reach = torch.ones(X.shape[0], dtype=torch.float64)
-    chance = torch.zeros(X.shape, dtype=torch.float64)
+    reach = torch.ones(X.shape[0], dtype=torch.float64, device=p.device)
+    chance = torch.zeros(X.shape, dtype=torch.float64, device=p.device)
     for slot, coin in zip(t.order.T, t.coin.T):  # (K,) the slot each row tests now, and its coin
         chance.scatter_(1, slot[:, None], (reach * coin)[:, None])
         reach = reach * (1 - coin)
@@ -246,8 +246,8 @@ def coupled_outcomes(p: torch.Tensor, q: torch.Tensor, X: torch.Tensor, v: KSeq 
 def coupled_draw(p: torch.Tensor, q: torch.Tensor, X: torch.Tensor, v: KSeq | Hub, generator):
     """(token (size,), kept (size,)): the coins flipped in test order for drafts X (size, k), else a residual draw."""
     t = coupled_coins(p, q, X, v)
-    u = torch.rand(X.shape, dtype=torch.float64, generator=generator)  # (size, k) one uniform a test
-    out = torch.full((X.shape[0],), -1, dtype=torch.long)
+    u = torch.rand(X.shape, dtype=torch.float64, generator=generator, device=p.device)  # (size, k) one a test
+    out = torch.full((X.shape[0],), -1, dtype=torch.long, device=X.device)
     for slot, coin, u_j in zip(t.order.T, t.coin.T, u.T):
         keep = (out < 0) & (u_j < coin)
         out = torch.where(keep, X.gather(1, slot[:, None]).squeeze(1), out)
@@ -274,7 +274,7 @@ class NodeOutcomes:
 def _stages_outcomes(p, q, X, v: Stages) -> tuple[torch.Tensor, torch.Tensor]:
     """(chance (K, k), fallback (K, V)): one coin per stage, the residual updated after each rejection."""
     target, q_i = p.repeat(X.shape[0], 1), q.repeat(X.shape[0], 1)  # (K, V) this stage's target p_i and q_i
-    reach, cols = torch.ones(X.shape[0], dtype=torch.float64), []  # P(the drafts before this one all rejected)
+    reach, cols = torch.ones(X.shape[0], dtype=torch.float64, device=p.device), []  # P(all drafts before rejected)
     for x in X.T:  # (K,) draft i of every tuple
         a, target, q_i = stage(v, q, target, q_i, x)
         cols.append(reach * a)
@@ -324,7 +324,8 @@ class StepLaw:
 def step_law(p: torch.Tensor, q: torch.Tensor, *, num_drafts: int, verifier: Verifier) -> StepLaw:
     """The exact law of one step, its kept child and its fallback apart, summed over every draft tuple."""
     o = node_outcomes(p, q, num_drafts=num_drafts, verifier=verifier)
-    kept = torch.zeros(o.drafts.shape[0], p.numel(), dtype=torch.float64).scatter_add_(1, o.drafts, o.chance)
+    kept = torch.zeros(o.drafts.shape[0], p.numel(), dtype=torch.float64, device=p.device).scatter_add_(
+        1, o.drafts, o.chance)
     return StepLaw(kept=o.weight @ kept, fallback=o.weight @ o.fallback)
 
 
@@ -341,13 +342,13 @@ def named_law(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor, *, verifie
                         f"{type(verifier).__name__}")
     p, q = p.double(), q.double()
     chance, fallback = _walk_outcomes(p, X) if isinstance(verifier, Walk) else _stages_outcomes(p, q, X, verifier)
-    kept = torch.zeros(1, p.numel(), dtype=torch.float64).scatter_add_(1, X, chance)  # (1, V)
+    kept = torch.zeros(1, p.numel(), dtype=torch.float64, device=p.device).scatter_add_(1, X, chance)  # (1, V)
     return StepLaw(kept=kept[0], fallback=fallback[0])
 
 
 def distinct(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct values (D,) of non-negative integer keys (size,), sorted, and each key's index among them."""
-    present = torch.zeros(int(keys.max()) + 1, dtype=torch.bool).index_fill_(0, keys, True)
+    present = torch.zeros(int(keys.max()) + 1, dtype=torch.bool, device=keys.device).index_fill_(0, keys, True)
     return present.nonzero().squeeze(1), (present.cumsum(0) - 1)[keys]
 
 
@@ -365,13 +366,13 @@ def _stages_draw(p, q, X, v: Stages, generator) -> StepDraw:
     The stage state (target, q_i) depends only on the drafts so far, so it is kept once per distinct draft history.
     """
     size, V = X.shape[0], p.numel()
-    h = torch.zeros(size, dtype=torch.long)  # each step's draft history, a row of the state tables
+    h = torch.zeros(size, dtype=torch.long, device=X.device)  # each step's draft history, a row of the state tables
     target, q_i = p[None], q[None]  # (H, V) one row per distinct history
-    out = torch.full((size,), -1, dtype=torch.long)
+    out = torch.full((size,), -1, dtype=torch.long, device=X.device)
     for x in X.T:  # (size,) draft i of every step
         pairs, h = distinct(h * V + x)  # the (history, draft) pairs that occur, and each step's pair
         a, target, q_i = stage(v, q, target[pairs // V], q_i[pairs // V], pairs % V)
-        keep = (out < 0) & (torch.rand(size, dtype=torch.float64, generator=generator) < a[h])
+        keep = (out < 0) & (torch.rand(size, dtype=torch.float64, generator=generator, device=p.device) < a[h])
         out = torch.where(keep, x, out)
     kept = out >= 0
     out[~kept] = sample_rows(final_target(v, p, q, target)[h[~kept]], generator)
@@ -380,7 +381,7 @@ def _stages_draw(p, q, X, v: Stages, generator) -> StepDraw:
 
 def _walk_draw(p, X, generator) -> StepDraw:
     """One uniform per step walked along the children's target mass, else a draw from p without them."""
-    u = torch.rand(X.shape[0], 1, dtype=torch.float64, generator=generator)
+    u = torch.rand(X.shape[0], 1, dtype=torch.float64, generator=generator, device=p.device)
     slot = (p[X].cumsum(-1) <= u).sum(-1)  # (size,) first child whose slice holds u; k when u is past them all
     out = X.gather(1, slot.clamp(max=X.shape[1] - 1)[:, None]).squeeze(1)
     kept = slot < X.shape[1]

@@ -130,7 +130,7 @@ def speculative_sample(p: torch.Tensor, q: torch.Tensor, *, num_samples: int,
     x = _draw(q, n, generator)  # (n,) proposals
     if mode == "always_accept":
         return x
-    keep = torch.rand(n, dtype=torch.float64, generator=generator) < accept_ratio(p[x], q[x]).double()  # (n,)
+    keep = torch.rand(n, dtype=torch.float64, generator=generator, device=p.device) < accept_ratio(p[x], q[x]).double()
     fallback = p if mode == "target_on_reject" else residual_weights(p, q)  # (V,)
     out = x.clone()
     n_rej = int((~keep).sum())

@@ -157,7 +157,7 @@ def exact_continuations(model, prompt: torch.Tensor, horizon: int, *, temperatur
     V, L = model.vocab, prompt.numel()
     if V ** horizon > 1 << 16:
         raise ValueError(f"V**horizon = {V ** horizon} continuations is too many to enumerate (max 65536)")
-    conts = torch.cartesian_prod(*[torch.arange(V)] * horizon).reshape(-1, horizon)  # (V^h, h), first token major
+    conts = torch.cartesian_prod(*[torch.arange(V, device=prompt.device)] * horizon).reshape(-1, horizon)  # (V^h, h)
     seqs = torch.cat([prompt.expand(len(conts), L), conts], dim=1)  # (V^h, L + h)
     probs = apply_policy(model(seqs).double(), temperature=temperature, top_k=top_k)  # (V^h, L + h, V)
     rows = probs[:, L - 1:L - 1 + horizon]  # (V^h, h, V): row j predicts continuation token j

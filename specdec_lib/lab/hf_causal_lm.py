@@ -126,7 +126,7 @@ class HFCausalLM:
 
 def _bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """An additive attention mask (T, S) of a boolean one (True = may attend), as transformers uses it as given."""
-    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
 
 
 class HFLayers:

@@ -105,13 +105,14 @@ class LookaheadDraft:
                 ends[i] = len(tokens)
                 tokens.append(x)
         state.out_rows, state.root = [e + 1 for e in ends], last  # each column's deepest node; its key
-        tree = FlatTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
+        tree = FlatTree(torch.tensor(tokens, dtype=torch.long, device=seq.device), parents)
         if temperature == 0.0:
             return DraftTree(tree, None, proposals)
-        q = torch.zeros(tree.n + 1, self.vocab, dtype=torch.float64)  # each node's proposal children, uniform
-        for (node, x), _ in trie.items():
-            q[node + 1, x] = 1.0
-        q = q / q.sum(-1, keepdim=True).clamp(min=1.0)
+        q = torch.zeros(tree.n + 1, self.vocab, dtype=torch.float64, device=seq.device)  # each node's proposals
+        if trie:
+            at = torch.tensor(list(trie), dtype=torch.long, device=seq.device)  # (T, 2): (parent node, token)
+            q[at[:, 0] + 1, at[:, 1]] = 1.0
+        q = q / q.sum(-1, keepdim=True).clamp(min=1.0)  # uniform over them
         return DraftTree(tree, q, proposals)
 
     def observe(self, state: LookaheadState, draft: DraftTree, logits: torch.Tensor) -> None:

@@ -122,7 +122,7 @@ class MedusaDraft:
         tree = tree_from_widths(widths, torch.cat(tokens))
         if temperature == 0.0:
             return DraftTree(tree, None)
-        leaves = torch.zeros(parents_at_depth, self.vocab, dtype=torch.float64)  # a leaf's children: none
+        leaves = logits.new_zeros(parents_at_depth, self.vocab, dtype=torch.float64)  # a leaf's children: none
         return DraftTree(tree, torch.cat(q_rows + [leaves]))
 
 

@@ -51,19 +51,19 @@ def build_ngram(data: torch.Tensor, vocab: int, order: int = 4) -> NGramTable:
     code_dtype = torch.uint8 if vocab <= 256 else torch.int64
     tables, prev = [], None
     for c in range(order):
-        code = torch.zeros(N - c, dtype=torch.long)  # (N-c,) the context before each next token, base vocab
+        code = data.new_zeros(N - c)  # (N-c,) the context before each next token, base vocab
         for i in range(c):
             code = code * vocab + data[i:N - c + i]
         key, counts = torch.unique(code * vocab + data[c:], return_counts=True)  # (U,) each (context, next) seen
         # one score per (context, next): more counts first, then the smaller token (vocab - 1 - token is larger)
         score = (counts * vocab + (vocab - 1 - key % vocab)).to(torch.int64)  # (U,)
-        best = torch.full((vocab ** c,), -1, dtype=torch.int64).scatter_reduce_(0, key // vocab, score, "amax")
+        best = data.new_full((vocab ** c,), -1).scatter_reduce_(0, key // vocab, score, "amax")
         tok = vocab - 1 - best % vocab  # (V^c,) argmax next token of every seen context
         if prev is not None:  # unseen contexts back off to their latest c - 1 tokens: code mod vocab**(c-1)
             tok = torch.where(best >= 0, tok, prev.expand(vocab, -1).reshape(-1))  # (V^c,)
         prev = tok.to(code_dtype)
         arr = array.array("B" if vocab <= 256 else "q")
-        arr.frombytes(prev.numpy().tobytes())
+        arr.frombytes(prev.cpu().numpy().tobytes())  # the table is read on the host
         tables.append(arr)
     return NGramTable(vocab=vocab, order=order, tables=tuple(tables))
 
@@ -99,13 +99,13 @@ def build_sparse_ngram(data: torch.Tensor, vocab: int, order: int = 3) -> Sparse
         raise ValueError(f"vocab**order = {vocab ** order} (context, next) codes overflow int64: lower order")
     N, tables = data.numel(), []
     for c in range(order):
-        code = torch.zeros(N - c, dtype=torch.long)  # (N-c,) the context before each next token, base vocab
+        code = data.new_zeros(N - c)  # (N-c,) the context before each next token, base vocab
         for i in range(c):
             code = code * vocab + data[i:N - c + i]
         key, counts = torch.unique(code * vocab + data[c:], return_counts=True)  # (U,) each (context, next) seen
         score = counts * vocab + (vocab - 1 - key % vocab)  # (U,) more counts first, then the smaller token
         ctx, slot = torch.unique(key // vocab, return_inverse=True)  # (C,), (U,)
-        best = torch.full((len(ctx),), -1, dtype=torch.long).scatter_reduce_(0, slot, score, "amax")  # (C,)
+        best = data.new_full((len(ctx),), -1).scatter_reduce_(0, slot, score, "amax")  # (C,)
         tables.append(dict(zip(ctx.tolist(), (vocab - 1 - best % vocab).tolist())))
     return SparseNGramTable(vocab=vocab, order=order, tables=tuple(tables))
 

@@ -52,8 +52,9 @@ class FlatTree:
                                  f"children), got {a}")
             depths.append(1 if a == -1 else depths[a] + 1)
         object.__setattr__(self, "tokens", tokens.clone())
-        object.__setattr__(self, "parents", torch.tensor(parents, dtype=torch.long))  # (N,)
-        object.__setattr__(self, "depths", torch.tensor(depths, dtype=torch.long))    # (N,)
+        # the tree's shape is read on the host (walks, masks); tree_round moves its layout to the pass's device once
+        object.__setattr__(self, "parents", torch.tensor(parents, dtype=torch.long, device="cpu"))  # (N,)
+        object.__setattr__(self, "depths", torch.tensor(depths, dtype=torch.long, device="cpu"))    # (N,)
 
     @property
     def n(self) -> int:
@@ -81,7 +82,7 @@ def tree_from_widths(widths, tokens: torch.Tensor) -> FlatTree:
         got = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
         raise ValueError(f"tokens must be 1-D with one id per node: widths {tuple(widths)} give "
                          f"{len(parents)} nodes, got {got}")
-    return FlatTree(tokens, torch.tensor(parents, dtype=torch.long))
+    return FlatTree(tokens, torch.tensor(parents, dtype=torch.long, device="cpu"))
 
 
 def check_flat_tree(tree) -> FlatTree:
@@ -94,11 +95,11 @@ def check_flat_tree(tree) -> FlatTree:
 def tree_mask(tree: FlatTree, prefix_len: int) -> torch.Tensor:
     """(N, prefix_len + N) bool: node i may attend to every prefix position, to its ancestors and to itself."""
     tree, prefix_len = check_flat_tree(tree), check_int("prefix_len", prefix_len, minimum=0)
-    anc = torch.eye(tree.n, dtype=torch.bool)  # (N, N) anc[i, j]: j is i or an ancestor of i
+    anc = torch.eye(tree.n, dtype=torch.bool, device="cpu")  # (N, N) anc[i, j]: j is i or an ancestor of i (host)
     for i, a in enumerate(tree.parents.tolist()):
         if a >= 0:
             anc[i] |= anc[a]  # a < i, so anc[a] is complete
-    return torch.cat([torch.ones(tree.n, prefix_len, dtype=torch.bool), anc], dim=1)  # (N, prefix_len + N)
+    return torch.cat([torch.ones(tree.n, prefix_len, dtype=torch.bool, device="cpu"), anc], dim=1)  # (N, prefix_len+N)
 
 
 def tree_positions(tree: FlatTree, prefix_len: int) -> torch.Tensor:
@@ -111,11 +112,12 @@ def tree_layout(tree: FlatTree, prefix_len: int) -> tuple[torch.Tensor, torch.Te
     """(positions (1+N,), mask (1+N, prefix_len+N)) of one pass over the prefix's last token (the root) and the tree.
 
     The root sits at prefix_len - 1 and sees the prefix; node i sits at its depth's position and sees the prefix,
-    its ancestors and itself.
+    its ancestors and itself. Both are built on the host, as the tree's shape is; a pass moves them to its device.
     """
-    root = torch.cat([torch.ones(1, prefix_len, dtype=torch.bool), torch.zeros(1, tree.n, dtype=torch.bool)], 1)
+    host = {"dtype": torch.bool, "device": "cpu"}
+    root = torch.cat([torch.ones(1, prefix_len, **host), torch.zeros(1, tree.n, **host)], 1)  # (1, prefix_len+N)
     mask = torch.cat([root, tree_mask(tree, prefix_len)])  # (1+N, prefix_len+N)
-    return torch.cat([torch.tensor([prefix_len - 1]), tree_positions(tree, prefix_len)]), mask
+    return torch.cat([torch.tensor([prefix_len - 1], device="cpu"), tree_positions(tree, prefix_len)]), mask
 
 
 def check_tree_inputs(model, prefix, tree) -> tuple[CachedLM | HFCausalLM, torch.Tensor, FlatTree]:
@@ -144,17 +146,17 @@ def tree_scores(model: CachedLM | HFCausalLM, prefix: torch.Tensor, tree: FlatTr
     check_choice("mask", mask, MASKS)
     check_choice("positions", positions, POSITIONS)
     L, N = prefix.numel(), tree.n
-    pos, attend = tree_layout(tree, L)  # (1+N,), (1+N, L+N)
+    dev = prefix.device
+    pos, attend = (x.to(dev) for x in tree_layout(tree, L))  # (1+N,), (1+N, L+N)
     if mask == "causal":
-        attend = torch.ones(1 + N, L + N, dtype=torch.bool).tril(diagonal=L - 1)  # (1+N, L+N) causal
+        attend = torch.ones(1 + N, L + N, dtype=torch.bool, device=dev).tril(diagonal=L - 1)  # (1+N, L+N) causal
     if positions == "flat":
-        pos = torch.arange(L - 1, L + N)  # (1+N,)
+        pos = torch.arange(L - 1, L + N, device=dev)  # (1+N,)
     cache = model.new_cache()
     if L > 1:
         model(prefix[None, :-1], cache)  # the committed text but its last token, as generation keeps it
-    dev = prefix.device
     seq = torch.cat([prefix[-1:], tree.tokens.to(dev)])  # (1+N,)
-    logits = model(seq[None], cache, positions=pos.to(dev), mask=attend.to(dev))[0]  # (1+N, V)
+    logits = model(seq[None], cache, positions=pos, mask=attend)[0]  # (1+N, V)
     return torch.softmax(logits, dim=-1)  # (N+1, V)
 
 

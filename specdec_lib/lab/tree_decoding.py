@@ -84,7 +84,7 @@ def walk_tree(rows: torch.Tensor, draft: DraftTree, *, verifier, generator) -> t
         elif not below:
             token, kept = int(sample_rows(row, generator)), False
         else:
-            X = torch.tensor([[tokens[i] for i in below]])  # (1, w): this node's drafts
+            X = torch.tensor([[tokens[i] for i in below]], device=rows.device)  # (1, w): this node's drafts
             step = step_verify(row, draft.q[node + 1], X, verifier=verifier, generator=generator)
             token, kept = int(step.token[0]), bool(step.kept[0])
         if not kept:
