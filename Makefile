@@ -27,6 +27,8 @@
 #   make measure-gpu  the real pair's cost terms on a GPU (eager; random weights of their shapes if the real ones are
 #                    absent): T_1, c_d(k), c_v(k; B), drafts by depth, predictions; on a GPU rewrites
 #                    specdec_lib/data/gpu_reference.json (MEASURE_GPU_ARGS="--help"; --tiny --json FILE on the CPU)
+#   make gpu-smoke   every lab decoder on CUDA if torch sees it, else the CPU: greedy equal to plain, sampled laws exact
+#                    (tools/gpu_smoke.py; tiny models and the byte pair; ~25 s on the CPU; GPU_SMOKE_ARGS="--help")
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
@@ -56,7 +58,7 @@ PORTABLE_JOBS ?= 2
 PORTABLE_SKIP ?=
 PORTABLE_ARGS = --jobs $(PORTABLE_JOBS)$(if $(strip $(PORTABLE_SKIP)), $(addprefix --skip ,$(PORTABLE_SKIP)))
 
-.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self measure-gpu lock clean distclean help
+.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self measure-gpu gpu-smoke lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -202,6 +204,9 @@ measure-real-self: $(STAMP)
 
 measure-gpu: $(STAMP)
 	$(VPY) benchmarks/measure_gpu.py $(MEASURE_GPU_ARGS)
+
+gpu-smoke: $(STAMP)
+	$(VPY) tools/gpu_smoke.py $(GPU_SMOKE_ARGS)
 
 # Freeze the current .venv into requirements.lock, then environment.yml from the lock.
 lock:
