@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .batch_cost import BatchCost
+from .batch_cost import BatchCost, best_k_by_batch, fit_c_v
 from .speedup_table import SpeedupTable
 
 __all__ = ["GPU_CHOICES", "ModelShape", "DraftCost", "CostColumn", "TaskPrediction", "GPURecording",
@@ -93,6 +93,18 @@ class CostColumn:
             have = sorted(int(T) - 1 for T in row if int(T) > 1)
             raise ValueError(f"k must be one of {have} at B = {B} in column {self.path}/{self.run}; got {k!r}")
         return row[str(k + 1)] / row["1"]
+
+    def batch_cost(self, *, alpha: float, c_d: float) -> BatchCost:
+        """The batch regime of this column's passes as make measure records it: c_v(k; B) at every k timed at every B,
+        its line per B and the best k per B for alpha and c_d (k up to the largest timed)."""
+        ks = sorted(set.intersection(*({int(T) - 1 for T in row if int(T) > 1} for row in self.pass_ms.values())))
+        if len(ks) < 2:
+            raise ValueError(f"column {self.path}/{self.run} needs passes at 2 or more k at every B; got {ks}")
+        c_v = [[self.c_v_batch(k=k, B=B) for k in ks] for B in self.batches]
+        fits = [fit_c_v(ks, row) for row in c_v]
+        return BatchCost(batches=self.batches, ks=ks, T_1=[self.pass_ms[str(B)]["1"] / 1e3 for B in self.batches],
+                         c_v=c_v, fits=fits, best=best_k_by_batch(fits, alpha, c_d, k_max=max(ks)), alpha=alpha,
+                         c_d=c_d)
 
     def draft(self, name: str) -> DraftCost:
         """The draft called name (ValueError listing the recorded ones otherwise)."""

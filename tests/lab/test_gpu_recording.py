@@ -113,3 +113,19 @@ def test_a_placeholder_column_holds_no_terms_and_says_why(tmp_path):
         path = write(tmp_path, {**data, "columns": data["columns"] + [{**empty, **bad}]})
         with pytest.raises(ValueError, match=rf"{path}: columns\[4\]: a column with measured false must hold no terms"):
             load_recording("measure-gpu", path)
+
+
+def test_a_column_batch_cost_is_its_passes_ratios_with_the_lab_fit():
+    """CostColumn.batch_cost: c_v(k; B) = pass(B, k+1) / pass(B, 1) at every k timed at every B, fitted as make measure
+    fits, the best k per B from them; a column timed at one k has no line to fit."""
+    from specdec_lib.lab.batch_cost import best_k_by_batch, fit_c_v
+
+    column = recorded("measure-gpu").column("captured", run="run2")
+    batch = column.batch_cost(alpha=0.8, c_d=0.1)
+    assert batch.batches == [1, 4, 16, 64] and batch.ks == [1, 2, 4, 8]
+    assert batch.c_v[3][2] == column.pass_ms["64"]["5"] / column.pass_ms["64"]["1"]
+    assert batch.fits == [fit_c_v(batch.ks, row) for row in batch.c_v]
+    assert batch.best == best_k_by_batch(batch.fits, 0.8, 0.1, k_max=8) and batch.best[3].k < 8  # B = 64: shorter
+    one_k = dataclasses.replace(column, pass_ms={"1": {"1": 3.0, "2": 4.0}})
+    with pytest.raises(ValueError, match="2 or more k"):
+        one_k.batch_cost(alpha=0.8, c_d=0.1)
