@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 import specdec_lib as sd
-from specdec_lib.lab.gpu_recording import CostColumn, DraftCost, ModelShape, TaskPrediction
+from specdec_lib.lab.gpu_recording import CostColumn, DepthDraft, ModelShape, TaskPrediction
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT / "specdec_lib" / "data" / "gpu_reference.json"
@@ -44,11 +44,11 @@ CAPTURED_NOTE = ("c_v under graphs follows the kernels cuBLAS picks for each sha
                  "(run 1 against run 2): treat it as 1.25-1.65 for k = 1..8 at batch 1.")
 
 
-def _draft(name, *, ks, c_d, depth=None, **terms) -> DraftCost:
-    """A DraftCost of the probe's draft called name; terms: c_v, T_1_ms, pass_ms, step_over_target, weight_GB."""
+def _draft(name, *, ks, c_d, depth=None, **terms) -> DepthDraft:
+    """A DepthDraft of the probe's draft called name; terms: c_v, T_1_ms, pass_ms, step_over_target, weight_GB."""
     layers, hidden = depth or DEPTHS[name]
     terms = {"c_v": [], "T_1_ms": None, "pass_ms": {}, "step_over_target": None, "weight_GB": None, **terms}
-    return DraftCost(draft=NAMES.get(name, name), layers=layers, hidden=hidden, ks=list(ks), c_d=list(c_d), **terms)
+    return DepthDraft(draft=NAMES.get(name, name), layers=layers, hidden=hidden, ks=list(ks), c_d=list(c_d), **terms)
 
 
 def eager_column(run1: dict) -> CostColumn:
@@ -98,13 +98,13 @@ def minimal_columns(run1: dict, run2: dict) -> list[CostColumn]:
     return out
 
 
-def _c_v(column: CostColumn, draft: DraftCost, k: int) -> float:
+def _c_v(column: CostColumn, draft: DepthDraft, k: int) -> float:
     """c_v(k): the timing with this draft where the column has one, else the column's, interpolated between ks."""
     ks, c_v = (draft.ks, draft.c_v) if draft.c_v and draft in column.drafts else (column.ks, column.c_v)
     return float(np.interp(k, ks, c_v))
 
 
-def _c_d(column: CostColumn, draft: DraftCost, k: int, lookup: DraftCost, eager_T_1: float) -> float:
+def _c_d(column: CostColumn, draft: DepthDraft, k: int, lookup: DepthDraft, eager_T_1: float) -> float:
     """c_d(k) as the module's docstring says."""
     if draft.draft == "lookup" and column.path != "eager":
         return lookup.at(k) * eager_T_1 / column.T_1_ms  # the same host work over this column's T_1

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 import specdec_lib as sd
 from specdec_lib.lab.generation import Decoding
-from specdec_lib.lab.gpu_recording import CostColumn, DraftCost, ModelShape
+from specdec_lib.lab.gpu_recording import CostColumn, DepthDraft, ModelShape
 from specdec_lib.lab.hf_causal_lm import HFCausalLM, early_exit_lm
 from specdec_lib.lab.real_measure import decode_plain, measure_run
 from specdec_lib.lab.recordings import REFERENCE_PATHS, SCHEMAS, load_recording
@@ -119,12 +119,12 @@ def drafts_by_depth(target, draft, *, name: str) -> dict:
     return out
 
 
-def draft_costs(target, drafts: dict, context, *, reps: int, bar) -> list[DraftCost]:
+def draft_costs(target, drafts: dict, context, *, reps: int, bar) -> list[DepthDraft]:
     """time_terms for every draft at k = 1..8: c_d(k), the target's c_v(k) beside it, the T_1 it timed."""
     out = []
     for label, (drafter, layers, hidden) in drafts.items():
         T_1, D, V = sd.lab.time_terms(target, drafter, context, KS, reps)
-        out.append(DraftCost(draft=label, layers=layers, hidden=hidden, ks=list(KS),
+        out.append(DepthDraft(draft=label, layers=layers, hidden=hidden, ks=list(KS),
                              c_d=[d / (k * T_1) for k, d in zip(KS, D)], c_v=[v / T_1 for v in V], T_1_ms=T_1 * 1e3,
                              pass_ms={}, step_over_target=None, weight_GB=None))
         bar.update()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .batch_cost import BatchCost, best_k_by_batch, fit_c_v
 from .speedup_table import SpeedupTable
 
-__all__ = ["GPU_CHOICES", "ModelShape", "DraftCost", "CostColumn", "TaskPrediction", "GPURecording",
+__all__ = ["GPU_CHOICES", "ModelShape", "DepthDraft", "CostColumn", "TaskPrediction", "GPURecording",
            "check_gpu_recording"]
 
 GPU_CHOICES = {  # the fields whose value is one of a few names
@@ -42,7 +42,7 @@ class ModelShape:
 
 
 @dataclass(frozen=True)
-class DraftCost:
+class DepthDraft:
     """One draft by depth: its layers and width, c_d(k) against its column's target step, and its own passes."""
 
     draft: str  # "0.5B", "exit7" (the target's first 7 layers + head), "one_layer", "lookup", ...
@@ -76,7 +76,7 @@ class CostColumn:
     ks: list[int]
     c_v: list[float]  # c_v(k) = V(k) / T_1 at batch 1, per ks
     pass_ms: dict[str, dict[str, float]]  # batch B -> new tokens T -> one target pass, ms
-    drafts: list[DraftCost]
+    drafts: list[DepthDraft]
     note: str
 
     @property
@@ -106,7 +106,7 @@ class CostColumn:
                          c_v=c_v, fits=fits, best=best_k_by_batch(fits, alpha, c_d, k_max=max(ks)), alpha=alpha,
                          c_d=c_d)
 
-    def draft(self, name: str) -> DraftCost:
+    def draft(self, name: str) -> DepthDraft:
         """The draft called name (ValueError listing the recorded ones otherwise)."""
         for d in self.drafts:
             if d.draft == name:
