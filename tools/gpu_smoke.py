@@ -26,6 +26,7 @@ from specdec_lib.lab.hf_causal_lm import early_exit_lm, tiny_hf_model
 from specdec_lib.lab.lookahead import LookaheadDraft
 from specdec_lib.lab.medusa import MedusaHeads, medusa_pair
 from specdec_lib.lab.ngram import build_ngram
+from specdec_lib.lab.static_lm import StaticLM
 from specdec_lib.lab.transformer import TinyCausalLM
 from specdec_lib.lab.tree_decoding import generate_tree
 from specdec_lib.markov.chain import sequence_tv
@@ -56,6 +57,12 @@ def _hf(device, arch, *, vocab=16, layers=3, seed=1):
     lm = tiny_hf_model(arch, vocab=vocab, seed=seed, layers=layers)
     lm.model.to(device)
     return lm
+
+
+def _static(device, *, vocab=16):
+    """A qwen2 target and a llama draft, each a StaticLM (graphs "auto": captured on CUDA, eager on the CPU)."""
+    return (StaticLM(_hf(device, "qwen2", vocab=vocab), max_len=96),
+            StaticLM(_hf(device, "llama", vocab=vocab, layers=1, seed=2), max_len=96))
 
 
 def _heads(model, *, seed=0, scale=0.5):
@@ -170,7 +177,7 @@ def _byte_table(device):
 
 
 DECODERS = ("model draft", "prompt lookup", "n-gram table", "token rule", "block verification", "draft tree",
-            "lookahead", "early exit, shared cache", "early exit, own cache", "medusa", "eagle")
+            "lookahead", "early exit, shared cache", "early exit, own cache", "medusa", "eagle", "static cache")
 
 CHECKS = (
     # tiny random models: greedy
@@ -193,6 +200,13 @@ CHECKS = (
           _tiny_greedy(lambda d: (_lab(d), LookaheadDraft(16, window=3, ngram=3, guesses=2)), tree=True)),
     Check("lookahead, qwen2", "lookahead",
           _tiny_greedy(lambda d: (_hf(d, "qwen2"), LookaheadDraft(16, window=3, ngram=3, guesses=2)), tree=True)),
+    Check("static cache: model draft, qwen2 <- llama", "static cache", _tiny_greedy(_static)),
+    Check("static cache: the target's first layer, qwen2", "static cache",
+          _tiny_greedy(lambda d: (lambda lm: (StaticLM(lm, max_len=96), StaticLM(lm, max_len=96, layers=1)))(
+              _hf(d, "qwen2")))),
+    Check("static cache: lookahead, qwen2", "static cache",
+          _tiny_greedy(lambda d: (StaticLM(_hf(d, "qwen2"), max_len=96), LookaheadDraft(16, window=3, ngram=3,
+                                                                                          guesses=2)), tree=True)),
     # the byte pair (committed weights): greedy
     Check("byte pair: model draft", "model draft", _byte_greedy(_byte_pair)),
     Check("byte pair: prompt lookup", "prompt lookup",
@@ -214,6 +228,8 @@ CHECKS = (
           _law(lambda d: (_hf(d, "qwen2", vocab=V), sd.lab.PromptLookupDraft(V)), _chain(2))),
     Check("law: early exit, shared cache, llama, block", "early exit, shared cache",
           _law(lambda d: sd.lab.early_exit_pair(_hf(d, "llama", vocab=V), 2), _chain(2, "block"))),
+    Check("law: static cache, model draft, qwen2 <- llama, block", "static cache",
+          _law(lambda d: _static(d, vocab=V), _chain(2, "block"))),
     Check("law: medusa draft tree (mss), lab", "draft tree", _law(lambda d: _medusa(d, vocab=V), _tree((2, 2), "mss"))),
     Check("law: eagle, lab", "eagle", _law(lambda d: _eagle(d, vocab=V), _chain(2))),
     Check("law: lookahead (one-hot), qwen2", "lookahead",

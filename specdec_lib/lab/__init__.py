@@ -23,6 +23,7 @@ eagle        an EAGLE-style draft: one layer over the target's features and the 
 lookahead    lookahead decoding: the target's own Jacobi iterates and an n-gram pool, one pass, no draft at all
 tree_measure  a tree's cost terms against the clock: S = E[N] / (c_d + c_v(tree))
 hf_causal_lm  any Hugging Face causal LM as a lab model (its DynamicCache cropped on rejection); tiny random ones
+static_lm    a transformers Llama or Qwen2 over a static KV cache, each pass shape captured as a CUDA graph
 
 The names below are reached as sd.lab.<name>.
 """
@@ -41,6 +42,7 @@ from .measure import SpeedupTable, measure_speedup, time_catch_up, time_terms
 from .medusa import MedusaDraft, MedusaHeads, medusa_pair
 from .ngram import NGramTable, SparseNGramTable, build_ngram, build_sparse_ngram, corpus_table
 from .recordings import load_recording, recorded
+from .static_lm import StaticLM
 from .transformer import CachedLM, KVCache, LMConfig, TinyCausalLM, n_params
 from .tree_attention import (
     FlatTree,
@@ -67,4 +69,5 @@ __all__ = [
     "EarlyExitTarget", "EarlyExitDraft", "SharedCache", "exit_logits", "load_target", "FeatureCache", "FeatureTarget",
     "MedusaDraft", "MedusaHeads", "medusa_pair", "load_heads", "TREE_RULES", "DraftTree", "generate_tree",
     "LookaheadDraft", "TreeTable", "measure_trees", "time_tree_terms", "EagleDraft", "EagleDrafter", "eagle_pair",
+    "StaticLM",
 ]

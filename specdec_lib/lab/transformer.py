@@ -76,6 +76,17 @@ class KVCache:
         self.max_len = config.max_len
         self.length = 0
 
+    @classmethod
+    def over(cls, k: torch.Tensor, v: torch.Tensor) -> KVCache:
+        """An empty cache over given buffers k, v (n_layer, B, heads, max_len, head dim): a static decoder's, which
+        hands the same buffers to each new cache so that its captured passes keep their addresses."""
+        if k.dim() != 5 or k.shape != v.shape:
+            raise ValueError(f"k and v must share one shape (n_layer, B, heads, max_len, head dim), got "
+                             f"{tuple(k.shape)} and {tuple(v.shape)}")
+        cache = cls.__new__(cls)
+        cache.k, cache.v, cache.max_len, cache.length = k, v, k.shape[3], 0
+        return cache
+
     def crop(self, n: int) -> None:
         """Roll back to the first n positions (0 <= n <= length)."""
         if not 0 <= n <= self.length:

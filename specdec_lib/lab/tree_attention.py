@@ -15,6 +15,7 @@ import torch
 from .._checks import check_choice, check_int, check_numbers, check_real, check_token_ids, check_widths
 from .alignment import max_row_tv
 from .hf_causal_lm import HFCausalLM
+from .static_lm import StaticLM
 from .transformer import CachedLM
 
 __all__ = ["MASKS", "POSITIONS", "FlatTree", "tree_from_widths", "check_flat_tree", "tree_mask", "tree_positions",
@@ -120,10 +121,10 @@ def tree_layout(tree: FlatTree, prefix_len: int) -> tuple[torch.Tensor, torch.Te
     return torch.cat([torch.tensor([prefix_len - 1], device="cpu"), tree_positions(tree, prefix_len)]), mask
 
 
-def check_tree_inputs(model, prefix, tree) -> tuple[CachedLM | HFCausalLM, torch.Tensor, FlatTree]:
+def check_tree_inputs(model, prefix, tree) -> tuple[CachedLM | HFCausalLM | StaticLM, torch.Tensor, FlatTree]:
     """Validate a model, a prefix (L,) and a tree for scoring; prefix + tree must fit in max_len."""
-    if not isinstance(model, (CachedLM, HFCausalLM)):
-        raise TypeError("model must be a CachedLM or an HFCausalLM (it takes positions and a mask), got "
+    if not isinstance(model, (CachedLM, HFCausalLM, StaticLM)):
+        raise TypeError("model must be a CachedLM, an HFCausalLM or a StaticLM (it takes positions and a mask), got "
                         f"{type(model).__name__}")
     check_token_ids("prefix", prefix, model.vocab, dims=1, allow_empty=False, long_only=True)
     tree = check_flat_tree(tree)

@@ -24,6 +24,7 @@ from ..telemetry import SpecDecodeLog
 from .features import FeatureTarget
 from .generation import check_decoding, check_log, check_prompt
 from .hf_causal_lm import HFCausalLM
+from .static_lm import StaticLM
 from .steps import GREEDY, Decoding, clock, policy_probs, prefill
 from .transformer import CachedLM
 from .tree_attention import FlatTree, check_flat_tree, tree_layout
@@ -122,9 +123,9 @@ def generate_tree(target, drafter, prompt: torch.Tensor, n_new: int, widths=None
     says how the drafter draws the children (its verifier's draws). The output's law is the target's under
     decoding's policy whenever the rule is exact; greedy output equals plain greedy decoding.
     """
-    if not isinstance(target, (CachedLM, FeatureTarget, HFCausalLM)):
-        raise TypeError("target must be a CachedLM, a FeatureTarget or an HFCausalLM (it takes positions and a tree "
-                        f"mask), got {type(target).__name__}")
+    if not isinstance(target, (CachedLM, FeatureTarget, HFCausalLM, StaticLM)):
+        raise TypeError("target must be a CachedLM, a FeatureTarget, an HFCausalLM or a StaticLM (it takes positions "
+                        f"and a tree mask), got {type(target).__name__}")
     if not callable(getattr(drafter, "propose_tree", None)):
         raise TypeError(f"drafter must propose trees (propose_tree), got {type(drafter).__name__}")
     n_new = check_int("n_new", n_new, minimum=1)

@@ -22,6 +22,7 @@ from specdec_lib.lab.hf_causal_lm import early_exit_lm, tiny_hf_model
 from specdec_lib.lab.lookahead import LookaheadDraft
 from specdec_lib.lab.medusa import MedusaHeads, medusa_pair
 from specdec_lib.lab.ngram import build_ngram, build_sparse_ngram
+from specdec_lib.lab.static_lm import StaticLM
 from specdec_lib.lab.transformer import TinyCausalLM
 from specdec_lib.lab.tree_attention import tree_from_widths, tree_layout
 from specdec_lib.lab.tree_decoding import generate_tree
@@ -98,6 +99,8 @@ def _chains():
             ("early exit, shared cache", *sd.lab.early_exit_pair(lab, 1), 3),
             ("hf early exit, shared cache", *sd.lab.early_exit_pair(hf, 2), 3),
             ("hf early exit, own cache", hf, early_exit_lm(hf, 1), 3),
+            ("static cache, replayed", StaticLM(hf, max_len=32, graphs="replay"),
+             StaticLM(hf, max_len=32, layers=1, graphs="replay"), 3),
             ("medusa", *medusa_pair(lab, _heads(lab)), 3),
             ("eagle", *eagle_pair(lab, EagleDraft(eagle_config(lab.config), seed=3, init_std=0.1)), 3)]
 
@@ -110,7 +113,9 @@ def _trees():
             ("medusa tree, rrs", target, draft, (2, 2, 1), "rrs"),
             ("medusa tree, top", target, draft, (3, 2), "onehot_walk"),
             ("lookahead", lab, LookaheadDraft(V, window=3, ngram=3, guesses=2), None, "onehot_sequential"),
-            ("hf lookahead", hf, LookaheadDraft(V, window=3, ngram=3, guesses=2), None, "onehot_sequential")]
+            ("hf lookahead", hf, LookaheadDraft(V, window=3, ngram=3, guesses=2), None, "onehot_sequential"),
+            ("static lookahead", StaticLM(hf, max_len=32), LookaheadDraft(V, window=3, ngram=3, guesses=2), None,
+             "onehot_sequential")]
 
 
 def _plain(target):

@@ -21,14 +21,15 @@ def smoke():
 
 def test_the_checks_cover_every_lab_decoder_greedy_and_on_the_byte_pair(smoke):
     named = {"model draft", "prompt lookup", "n-gram table", "token rule", "block verification", "draft tree",
-             "lookahead", "early exit, shared cache", "early exit, own cache", "medusa", "eagle"}  # issue 39's list
+             "lookahead", "early exit, shared cache", "early exit, own cache", "medusa", "eagle",
+             "static cache"}  # issue 39's list, and its part 2's captured decode path
     assert set(smoke.DECODERS) == named == {c.decoder for c in smoke.CHECKS}
     laws = {c.decoder for c in smoke.CHECKS if c.name.startswith("law: ")}
     greedy = {c.decoder for c in smoke.CHECKS if not c.name.startswith("law: ")}
     assert greedy == named - {"token rule", "block verification"}  # greedy tests no rule: both keep the argmax
-    assert {"token rule", "block verification", "draft tree", "early exit, shared cache"} <= laws
+    assert {"token rule", "block verification", "draft tree", "early exit, shared cache", "static cache"} <= laws
     byte = {c.decoder for c in smoke.CHECKS if c.name.startswith("byte pair: ")}
-    assert byte == greedy - {"early exit, own cache"}  # the byte pair is a lab model, not a transformers one
+    assert byte == greedy - {"early exit, own cache", "static cache"}  # transformers models only
     assert len({c.name for c in smoke.CHECKS}) == len(smoke.CHECKS)
 
 
