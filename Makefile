@@ -24,11 +24,13 @@
 #                    repeated 3 times (~85 min here, estimated; MEASURE_REAL_ARGS="--repeats 1" for one pass)
 #   make measure-real-self  early exit and lookahead on the real target (~22 min); rewrites
 #                    specdec_lib/data/real_self_reference.json, which notebook 09 reads (MEASURE_REAL_SELF_ARGS)
-#   make measure-gpu  the real pair's cost terms on a GPU (eager; random weights of their shapes if the real ones are
-#                    absent): T_1, c_d(k), c_v(k; B), drafts by depth, predictions; on a GPU rewrites
-#                    specdec_lib/data/gpu_reference.json (MEASURE_GPU_ARGS="--help"; --tiny --json FILE on the CPU)
-#   make gpu-smoke   every lab decoder on CUDA if torch sees it, else the CPU: greedy equal to plain, sampled laws exact
-#                    (tools/gpu_smoke.py; tiny models and the byte pair; ~25 s on the CPU; GPU_SMOKE_ARGS="--help")
+#   make measure-gpu  the real pair's cost terms on a GPU (eager, and captured by sd.lab.StaticLM; random weights of
+#                    their shapes if the real ones are absent): T_1, c_d(k), c_v(k; B), drafts by depth, predictions;
+#                    on a GPU rewrites specdec_lib/data/gpu_reference.json (MEASURE_GPU_ARGS="--help"; --tiny --json
+#                    FILE on the CPU)
+#   make gpu-smoke   every lab decoder (the static cache too) on CUDA if torch sees it, else the CPU: greedy equal to
+#                    plain, sampled laws exact (tools/gpu_smoke.py; tiny models and the byte pair; ~25 s on the CPU;
+#                    GPU_SMOKE_ARGS="--help")
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #

@@ -146,8 +146,9 @@ def from_probe(probe: dict) -> dict:
            "byte_pair": byte["tables"], "byte_pair_batch": byte["batch"],
            "zero_coin": run1["zero_coin_and_sampling_edges"], "smoke": run1["project_lab_on_cuda_smoke"],
            "notes": {"what": probe["what"], "run_to_run": probe["run_to_run"],
-                     "captured": "the captured columns are the outside probe's minimal decoder, not the lab's: the "
-                                 "lab's captured decode path (issue 39, part 2) is not built yet"},
+                     "captured": "the captured columns are the outside probe's minimal decoder, not the lab's: "
+                                 "the lab's captured decode path (sd.lab.StaticLM) has not run on a GPU yet: "
+                                 "`make measure-gpu` on one records it"},
            "tiny": False}
     rec["columns"] = [dataclasses.asdict(c) for c in columns]
     rec["predictions"] = [dataclasses.asdict(p) for p in predictions(columns, sd.lab.recorded("measure-real"))]

@@ -1,13 +1,14 @@
-"""`make measure-gpu`: the real pair's cost terms on a GPU, eager transformers through sd.lab.HFCausalLM.
+"""`make measure-gpu`: the real pair's cost terms on a GPU, eager transformers and the lab's captured decode path.
 
 With the real pair's weights where present (`make real-pair`), else random weights of their shapes (Qwen2.5-Coder
-1.5B target, 0.5B draft, each with its own head: a dense pass's time does not depend on the weights' values):
-T_1 and c_d(k), c_v(k) for k = 1..8 (sd.lab.time_terms), one target pass of T new tokens at batch B for B in
-{1, 4, 16, 64} and T = 1..9 (so c_v(k; B)), single passes up to 2,048 new tokens at batch 1, drafts by depth (the
-target's first L layers + head through sd.lab.hf_causal_lm.early_exit_lm, one layer + head, the 0.5B), prompt lookup,
-and the predictions S = E[N] / (k c_d + c_v) from the CPU recording's E[N] (measure-real). With real weights also the
-measured speedup and greedy equality per task (sd.lab.real_measure.measure_run on benchmarks/real_tasks.py).
-The captured column (CUDA graphs, a static cache) is issue 39's part 2, not built: it is written empty, with a note.
+1.5B target, 0.5B draft, each with its own head: a dense pass's time does not depend on the weights' values), two
+columns over the same weights: "eager" (transformers through sd.lab.HFCausalLM) and "captured" (sd.lab.StaticLM, one
+CUDA graph per pass shape; off a GPU it runs uncaptured and the column is "minimal-eager"). Each holds T_1 and c_d(k),
+c_v(k) for k = 1..8 (sd.lab.time_terms), one target pass of T new tokens at batch B for B in {1, 4, 16, 64} and
+T = 1..9 (so c_v(k; B)), single passes up to 2,048 new tokens at batch 1, drafts by depth (the target's first L/4 and
+L/2 layers + head, one layer + head, the 0.5B), prompt lookup, and the predictions S = E[N] / (k c_d + c_v) from the
+CPU recording's E[N] (measure-real). With real weights also the measured speedup and greedy equality per task and
+column (sd.lab.real_measure.measure_run on benchmarks/real_tasks.py).
 Writes the "measure-gpu" recording (specdec_lib/lab/gpu_recording.py); without --json, on a GPU, the committed
 specdec_lib/data/gpu_reference.json. --tiny: small random shapes on the CPU in seconds (the code path, not the
 numbers), and it never writes the committed reference.
@@ -35,6 +36,7 @@ from specdec_lib.lab.gpu_recording import CostColumn, DepthDraft, ModelShape
 from specdec_lib.lab.hf_causal_lm import HFCausalLM, early_exit_lm
 from specdec_lib.lab.real_measure import decode_plain, measure_run
 from specdec_lib.lab.recordings import REFERENCE_PATHS, SCHEMAS, load_recording
+from specdec_lib.lab.static_lm import StaticLM
 
 OUT = REFERENCE_PATHS["measure-gpu"]
 KS = range(1, 9)
@@ -42,9 +44,6 @@ TINY = [ModelShape(role="target", name="tiny-qwen2-target", layers=4, hidden=64,
                    kv_heads=2, vocab=512, tied=False, params=0),
         ModelShape(role="draft", name="tiny-qwen2-draft", layers=2, hidden=32, intermediate=64, heads=2, kv_heads=1,
                    vocab=512, tied=False, params=0)]
-CAPTURED = ("not built: the lab's captured decode path (static KV cache, one CUDA graph per (B, T) shape) is issue "
-            "39's part 2; until it exists this column stays empty (the outside probe's minimal decoder is in the "
-            "committed reference's captured columns)")
 
 
 def _args(argv):
@@ -109,14 +108,26 @@ def load(a):
 
 
 def drafts_by_depth(target, draft, *, name: str) -> dict:
-    """name -> (drafter, layers, hidden): the draft model, one layer + head, the target's first L/4 and L/2 layers."""
-    L, C = target.config.num_hidden_layers, target.config.hidden_size
-    out = {name: (sd.lab.NeuralDraft(draft, name), draft.config.num_hidden_layers, draft.config.hidden_size)}
+    """name -> (drafter, layers, hidden): the draft model, one layer + head, the target's first L/4 and L/2 layers;
+    through transformers' forward (early_exit_lm) for an HFCausalLM, as StaticLMs over its weights for a StaticLM."""
+    static = isinstance(target, StaticLM)
+    config, d_config = (target.lm.config, draft.lm.config) if static else (target.config, draft.config)
+    L, C = config.num_hidden_layers, config.hidden_size
+    out = {name: (sd.lab.NeuralDraft(draft, name), d_config.num_hidden_layers, d_config.hidden_size)}
     for exit_layer in dict.fromkeys(e for e in (1, L // 4, L // 2) if 1 <= e < L):
         label = "one_layer" if exit_layer == 1 else f"exit{exit_layer}"
-        out[label] = (sd.lab.NeuralDraft(early_exit_lm(target, exit_layer), label), exit_layer, C)
+        cut = static_like(target, target.lm, layers=exit_layer) if static else early_exit_lm(target, exit_layer)
+        out[label] = (sd.lab.NeuralDraft(cut, label), exit_layer, C)
     out["lookup"] = (sd.lab.PromptLookupDraft(target.vocab, m=3), 0, 0)
     return out
+
+
+def static_like(static: StaticLM | None, lm: HFCausalLM, *, max_len: int | None = None,
+                layers: int | None = None) -> StaticLM:
+    """lm as a StaticLM with static's settings (or max_len's and graphs "auto" when static is None)."""
+    if static is None:
+        return StaticLM(lm, max_len=max_len, max_captured=max_len)
+    return StaticLM(lm, max_len=static.max_len, layers=layers, graphs=static.graphs, max_captured=static.max_captured)
 
 
 def draft_costs(target, drafts: dict, context, *, reps: int, bar) -> list[DepthDraft]:
@@ -138,7 +149,7 @@ def pass_times(target, context: torch.Tensor, *, B: int, Ts, reps: int) -> dict[
     """T (as str) -> ms of one target pass over B x T new tokens after context[:-1] cached (medians, round-robin)."""
     rows = context[None].expand(B, -1).contiguous()  # (B, L)
     L = rows.shape[1]
-    cache = target.new_cache()
+    cache = target.new_cache(B)
     target(rows[:, :-1], cache)
     blocks = {T: rows[:, -1:].expand(B, T).contiguous() for T in Ts}
 
@@ -167,6 +178,33 @@ def real_runs(target, draft, prompts, recs, *, n_new: int, reps: int, bar) -> di
     return out
 
 
+def measure_column(target, draft, context, a, *, name: str, bar) -> CostColumn:
+    """One column: every draft's terms, the passes at each B and the long passes, on target and draft as given."""
+    static = isinstance(target, StaticLM)
+    costs = draft_costs(target, drafts_by_depth(target, draft, name=name), context, reps=a.reps, bar=bar)
+    pass_ms = {}
+    for B in a.batches:
+        pass_ms[str(B)] = pass_times(target, context, B=B, Ts=range(1, 10), reps=a.reps)
+        bar.update()
+        bar.set_postfix_str(f"B={B}: c_v(4; B) {pass_ms[str(B)]['5'] / pass_ms[str(B)]['1']:.2f}")
+    long_Ts = [T for T in (16, 32, 64, 128, 256, 512, 1024, 2048) if T <= a.max_new]
+    if long_Ts:
+        pass_ms.setdefault("1", {}).update(pass_times(target, context, B=1, Ts=long_Ts, reps=max(1, a.reps // 4)))
+    bar.update()
+    first = costs[0]
+    if static:
+        path = "captured" if target.graphs == "cuda" else "minimal-eager"
+        decoder = (f"sd.lab.StaticLM over {type(target.lm.model).__name__}'s weights ({target.dtype}), graphs "
+                   f"{target.graphs!r}, max_len {target.max_len}; sd.lab.time_terms")
+    else:
+        path = "eager"
+        decoder = f"transformers {type(target.model).__name__} through sd.lab.HFCausalLM ({target.dtype}); " \
+                  "sd.lab.time_terms"
+    return CostColumn(path=path, run="measure_gpu", decoder=decoder, measured=True, context=context.numel(),
+                      T_1_ms=first.T_1_ms, ks=first.ks, c_v=first.c_v, pass_ms=pass_ms, drafts=costs,
+                      note=f"c_v and T_1 timed with the {name} draft; each draft's own c_v and T_1 beside it")
+
+
 def machine(a, t0: float, load0) -> dict:
     import transformers
 
@@ -188,34 +226,22 @@ def main(argv=None) -> int:
     target, draft, prompts, weights, shapes = load(a)
     cpu = sd.lab.recorded("measure-real")
     name = "0.5B" if weights != "tiny" else "draft"
-    drafts = drafts_by_depth(target, draft, name=name)
     context = prompts["edit"] if prompts else torch.randint(0, target.vocab, (a.context,), device=a.device,
                                                             generator=torch.Generator(a.device).manual_seed(0))
-    long_Ts = [T for T in (16, 32, 64, 128, 256, 512, 1024, 2048) if T <= a.max_new]
-    bar = tqdm(total=len(drafts) + len(a.batches) + 1 + (2 * len(TASKS) if weights == "real" else 0),
-               desc="measure-gpu", unit="part", file=sys.stdout)
-    costs = draft_costs(target, drafts, context, reps=a.reps, bar=bar)
-    pass_ms = {}
-    for B in a.batches:
-        pass_ms[str(B)] = pass_times(target, context, B=B, Ts=range(1, 10), reps=a.reps)
-        bar.update()
-        bar.set_postfix_str(f"B={B}: c_v(4; B) {pass_ms[str(B)]['5'] / pass_ms[str(B)]['1']:.2f}")
-    if long_Ts:
-        pass_ms.setdefault("1", {}).update(pass_times(target, context, B=1, Ts=long_Ts, reps=max(1, a.reps // 4)))
-    bar.update()
-    first = costs[0]
-    eager = CostColumn(path="eager", run="measure_gpu", decoder=f"transformers {type(target.model).__name__} through "
-                       f"sd.lab.HFCausalLM ({target.dtype}); sd.lab.time_terms", measured=True, context=context.numel(),
-                       T_1_ms=first.T_1_ms, ks=first.ks, c_v=first.c_v, pass_ms=pass_ms, drafts=costs,
-                       note=f"c_v and T_1 timed with the {name} draft; each draft's own c_v and T_1 beside it")
-    captured = CostColumn(path="captured", run="measure_gpu", decoder="none", measured=False, context=0, T_1_ms=None,
-                          ks=[], c_v=[], pass_ms={}, drafts=[], note=CAPTURED)
-    preds = predictions([eager], cpu, model=name)
+    max_len = context.numel() + max(a.max_new, 9) + 16  # the longest pass after the context, and a margin
+    pairs = {"eager": (target, draft), "static": (static_like(None, target, max_len=max_len),
+                                                  static_like(None, draft, max_len=max_len))}
+    per_column = len(drafts_by_depth(target, draft, name=name)) + len(a.batches) + 1
+    bar = tqdm(total=2 * per_column + (4 * len(TASKS) if weights == "real" else 0), desc="measure-gpu", unit="part",
+               file=sys.stdout)
+    columns = [measure_column(t, d, context, a, name=name, bar=bar) for t, d in pairs.values()]
+    preds = predictions(columns, cpu, model=name)
     if weights == "real":
-        runs = real_runs(target, draft, prompts, cpu, n_new=a.n_new, reps=max(1, a.reps // 4), bar=bar)
-        preds = [dataclasses.replace(p, measured=runs[p.task, p.draft].measured,
-                                     equal_to_plain=runs[p.task, p.draft].equal_to_plain)
-                 if (p.task, p.draft) in runs else p for p in preds]
+        for column, (t, d) in zip(columns, pairs.values()):
+            runs = real_runs(t, d, prompts, cpu, n_new=a.n_new, reps=max(1, a.reps // 4), bar=bar)
+            preds = [dataclasses.replace(p, measured=runs[p.task, p.draft].measured,
+                                         equal_to_plain=runs[p.task, p.draft].equal_to_plain)
+                     if p.path == column.path and (p.task, p.draft) in runs else p for p in preds]
     bar.close()
     where = torch.cuda.get_device_name(a.device) if a.device.startswith("cuda") else f"the CPU ({a.device})"
     source = (f"Measured by benchmarks/measure_gpu.py on {where}, {weights} weights"
@@ -230,27 +256,26 @@ def main(argv=None) -> int:
                             "predictions": "S = E[N] / (k c_d(k) + c_v(k)) with E[N] of the CPU recording; one_layer "
                                            "and exit drafts at the model draft's E[N] (a what-if)"},
                  "weights": weights, "models": [dataclasses.asdict(s) for s in shapes],
-                 "columns": [dataclasses.asdict(eager), dataclasses.asdict(captured)],
+                 "columns": [dataclasses.asdict(c) for c in columns],
                  "predictions": [dataclasses.asdict(p) for p in preds], "byte_pair": [], "byte_pair_batch": None,
-                 "zero_coin": {}, "smoke": {}, "notes": {"captured": CAPTURED}, "tiny": a.tiny}
+                 "zero_coin": {}, "smoke": {}, "notes": {}, "tiny": a.tiny}
     path = a.json or OUT
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(recording, indent=1) + "\n")
     R = load_recording("measure-gpu", path)  # what was written reads back
-    column = R.column("eager")
-    print(f"T_1 {column.T_1_ms:.3f} ms on {a.device} ({weights} weights)")
-    for d in column.drafts:
-        print(f"{d.draft:>10} ({d.layers:>2} layers x {d.hidden:>4}): c_d(k) " + " ".join(f"{c:.3f}" for c in d.c_d)
-              + " | c_v(k) " + " ".join(f"{c:.2f}" for c in d.c_v))
-    for B in column.batches:
-        print(f"c_v(k; B={B:>2}) " + " ".join(f"{column.c_v_batch(k=k, B=B):.2f}" for k in KS))
-    print("one pass of T new tokens, ms: " + ", ".join(f"{T}: {ms:.2f}" for T, ms in column.pass_ms["1"].items()))
+    for column in R.columns:
+        print(f"{column.path}: T_1 {column.T_1_ms:.3f} ms on {a.device} ({weights} weights; {column.decoder})")
+        for d in column.drafts:
+            print(f"{d.draft:>10} ({d.layers:>2} layers x {d.hidden:>4}): c_d(k) "
+                  + " ".join(f"{c:.3f}" for c in d.c_d) + " | c_v(k) " + " ".join(f"{c:.2f}" for c in d.c_v))
+        for B in column.batches:
+            print(f"c_v(k; B={B:>2}) " + " ".join(f"{column.c_v_batch(k=k, B=B):.2f}" for k in KS))
+        print("one pass of T new tokens, ms: " + ", ".join(f"{T}: {ms:.2f}" for T, ms in column.pass_ms["1"].items()))
     for p in R.predictions:
-        print(f"{p.task:>5} {p.draft:>10} k={p.k}: E[N] {p.e_n:.2f} c_d {p.c_d:.3f} c_v {p.c_v:.2f} "
+        print(f"{p.path:>13} {p.task:>5} {p.draft:>10} k={p.k}: E[N] {p.e_n:.2f} c_d {p.c_d:.3f} c_v {p.c_v:.2f} "
               f"-> S {p.predicted:.2f}"
               + (f" (CPU measured {p.cpu_measured:.2f})" if p.cpu_measured is not None else "")
               + (f", GPU measured {p.measured:.2f}, equal {p.equal_to_plain}" if p.measured is not None else ""))
-    print(f"captured: {CAPTURED}")
     print(f"wrote {path} in {R.machine['seconds']} s")
     return 0
 

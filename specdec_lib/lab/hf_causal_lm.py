@@ -79,7 +79,9 @@ class HFCausalLM:
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
-    def new_cache(self) -> HFCache:
+    def new_cache(self, batch: int = 1) -> HFCache:
+        """An empty DynamicCache (it takes any batch size: batch is accepted for the lab models' one signature)."""
+        check_int("batch", batch, minimum=1)
         return HFCache(self.config)
 
     def remember_prefills(self, on: bool = True) -> None:

@@ -1,6 +1,6 @@
 """benchmarks/measure_gpu.py (`make measure-gpu`) on small random shapes on the CPU: it writes a "measure-gpu"
-recording that the one reader reads back, every term where the schema says, the captured column empty with its note,
-and it never overwrites the committed reference from a --tiny run."""
+recording that the one reader reads back, every term where the schema says, in two columns (eager transformers, and
+sd.lab.StaticLM uncaptured), and it never overwrites the committed reference from a --tiny run."""
 import json
 import pathlib
 import sys
@@ -26,8 +26,10 @@ def test_the_tiny_run_writes_a_recording_the_reader_reads(tmp_path, capsys):
     assert "64" in eager.pass_ms["1"] and "128" not in eager.pass_ms["1"]  # --tiny stops the long passes at 64
     assert [d.draft for d in eager.drafts] == ["draft", "one_layer", "exit2", "lookup"]
     assert [(d.layers, d.hidden) for d in eager.drafts] == [(2, 32), (1, 64), (2, 64), (0, 0)]
-    captured = R.column("captured")
-    assert not captured.measured and captured.T_1_ms is None and "not built" in captured.note
+    static = R.column("minimal-eager", "measure_gpu")  # sd.lab.StaticLM, uncaptured off a GPU
+    assert static.measured and static.T_1_ms > 0 and "StaticLM" in static.decoder and "graphs 'off'" in static.decoder
+    assert [d.draft for d in static.drafts] == [d.draft for d in eager.drafts] and static.batches == eager.batches
+    assert [c.path for c in R.columns] == ["eager", "minimal-eager"]  # "captured" only where CUDA captured it
     assert {(p.task, p.draft) for p in R.predictions} == {(t, d) for t in ("code", "prose", "edit")
                                                           for d in ("draft", "one_layer", "exit2", "lookup")}
     assert all(p.measured is None for p in R.predictions)  # no real weights in a tiny run
