@@ -111,12 +111,12 @@ def drafts_by_depth(target, draft, *, name: str) -> dict:
     """name -> (drafter, layers, hidden): the draft model, one layer + head, the target's first L/4 and L/2 layers;
     through transformers' forward (early_exit_lm) for an HFCausalLM, as StaticLMs over its weights for a StaticLM."""
     static = isinstance(target, StaticLM)
-    config, d_config = (target.lm.config, draft.lm.config) if static else (target.config, draft.config)
+    config, d_config = (target.model.config, draft.model.config) if static else (target.config, draft.config)
     L, C = config.num_hidden_layers, config.hidden_size
     out = {name: (sd.lab.NeuralDraft(draft, name), d_config.num_hidden_layers, d_config.hidden_size)}
     for exit_layer in dict.fromkeys(e for e in (1, L // 4, L // 2) if 1 <= e < L):
         label = "one_layer" if exit_layer == 1 else f"exit{exit_layer}"
-        cut = static_like(target, target.lm, layers=exit_layer) if static else early_exit_lm(target, exit_layer)
+        cut = static_like(target, target.model, layers=exit_layer) if static else early_exit_lm(target, exit_layer)
         out[label] = (sd.lab.NeuralDraft(cut, label), exit_layer, C)
     out["lookup"] = (sd.lab.PromptLookupDraft(target.vocab, m=3), 0, 0)
     return out
@@ -194,7 +194,7 @@ def measure_column(target, draft, context, a, *, name: str, bar) -> CostColumn:
     first = costs[0]
     if static:
         path = "captured" if target.graphs == "cuda" else "minimal-eager"
-        decoder = (f"sd.lab.StaticLM over {type(target.lm.model).__name__}'s weights ({target.dtype}), graphs "
+        decoder = (f"sd.lab.StaticLM over {type(target.model.model).__name__}'s weights ({target.dtype}), graphs "
                    f"{target.graphs!r}, max_len {target.max_len}; sd.lab.time_terms")
     else:
         path = "eager"

@@ -217,6 +217,8 @@ CHECKS = (
     Check("byte pair: medusa", "medusa", _byte_greedy(_byte_medusa, k=3)),
     Check("byte pair: medusa draft tree", "draft tree", _byte_greedy(_byte_medusa, widths=(3, 2, 1), tree=True)),
     Check("byte pair: eagle", "eagle", _byte_greedy(_byte_eagle)),
+    Check("byte pair: static cache, model draft", "static cache",
+          _byte_greedy(lambda d: tuple(StaticLM(m, max_len=m.max_len) for m in sd.lab.load_pair(d)))),
     Check("byte pair: lookahead", "lookahead",
           _byte_greedy(lambda d: (sd.lab.load_target(device=d), LookaheadDraft(256)), tree=True)),
     # sampled laws by teacher forcing (tiny models, V = 4)

@@ -123,6 +123,11 @@ class CachedAttention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
 
+    def project(self, x: torch.Tensor) -> torch.Tensor:
+        """Queries, keys and values of x (B, T, C), stacked: (3, B, nh, T, hs)."""
+        B, T, C = x.shape
+        return self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+
     def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, start: int,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, C) in cache slots start .. start+T-1; attends to cached slots 0 .. start-1 as well.
@@ -130,8 +135,7 @@ class CachedAttention(nn.Module):
         mask (T, start+T), True = may attend, says which keys each new position sees; without it, causal.
         """
         B, T, C = x.shape
-        hs = C // self.n_head
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, hs).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
+        q, k, v = self.project(x)  # 3 x (B, nh, T, hs)
         if cache is not None:
             end = start + T
             cache.k[layer, :, :, start:end] = k
@@ -159,7 +163,11 @@ class CachedBlock(nn.Module):
 
     def forward(self, x, layer, cache, start, mask=None):
         x = x + self.attn(self.ln_1(x), layer, cache, start, mask)  # (B, T, C)
-        return x + self.out(F.gelu(self.fc(self.ln_2(x))))  # (B, T, C)
+        return x + self.mlp(self.ln_2(x))  # (B, T, C)
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        """The feed-forward half's update (B, T, C) of normed x (B, T, C)."""
+        return self.out(F.gelu(self.fc(x)))
 
 
 class CachedLM(nn.Module):

@@ -1,6 +1,7 @@
 """StaticLM, the static-cache decoder whose passes CUDA captures as graphs, run on the CPU uncaptured ("off") and
-through the capture path's bookkeeping ("replay"): held against HFCausalLM's DynamicCache path pass by pass (float32
-logits within 1e-4: the same weights, another order of summation) and decoder by decoder (greedy output equal)."""
+through the capture path's bookkeeping ("replay"): held against HFCausalLM's DynamicCache path and CachedLM's own
+forward pass by pass (float32 logits within 1e-4: the same weights, another order of summation) and decoder by decoder
+(greedy output equal)."""
 import pytest
 import torch
 
@@ -10,6 +11,7 @@ from specdec_lib.lab.generation import generate_plain, generate_speculative
 from specdec_lib.lab.hf_causal_lm import tiny_hf_model
 from specdec_lib.lab.lookahead import LookaheadDraft
 from specdec_lib.lab.static_lm import StaticLM
+from specdec_lib.lab.transformer import TinyCausalLM
 from specdec_lib.lab.tree_attention import tree_from_widths, tree_layout
 from specdec_lib.lab.tree_decoding import generate_tree
 
@@ -72,6 +74,34 @@ def test_every_decoder_on_it_gives_plain_greedy_output(mode):
         assert (1, 1) in target._captured and (1, 4) in target._captured
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_the_byte_pair_runs_on_it_too(mode):
+    """CachedLM (the course's own model, learned positions, one KV head per head): passes and decoders."""
+    target, draft = sd.lab.load_pair("cpu")
+    st = StaticLM(target, max_len=target.max_len, graphs=mode)
+    prompt = sd.lab.corpus_prompts(1, 24, seed=3)[0]
+    own, static = target.new_cache(), st.new_cache()
+    assert _close(target(prompt[None, :20], own), st(prompt[None, :20], static))
+    assert _close(target(prompt[None, 20:], own), st(prompt[None, 20:], static))
+    plain = generate_plain(target, prompt, 40)
+    for drafter in (StaticLM(draft, max_len=draft.max_len, graphs=mode),
+                    StaticLM(target, max_len=target.max_len, layers=2, graphs=mode)):
+        assert torch.equal(generate_speculative(st, drafter, prompt, 40, 4), plain), drafter.name
+    assert torch.equal(generate_tree(st, LookaheadDraft(256), prompt, 40, None, rule="onehot_sequential"), plain)
+    assert st.n_params() == sd.lab.n_params(target) > StaticLM(target, max_len=64, layers=2).n_params()
+    tiny = TinyCausalLM(vocab=12, n_layer=2, seed=0)  # a mask's tree pass on a CachedLM, against its own forward
+    tree = tree_from_widths((2, 1), torch.tensor([3, 4, 5, 6]))
+    positions, mask = tree_layout(tree, 6)
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 6, 7]])
+    st_tiny = StaticLM(tiny, max_len=64, graphs=mode)
+    own, static = tiny.new_cache(), st_tiny.new_cache()
+    tiny(tokens[:, :5], own)
+    st_tiny(tokens[:, :5], static)
+    tree_ids = torch.cat([tokens[0, 5:6], tree.tokens])[None]
+    assert _close(tiny(tree_ids, own, positions=positions, mask=mask),
+                  st_tiny(tree_ids, static, positions=positions, mask=mask))
+
+
 def _two_passes_held(st):
     """Two passes of one shape, the first's logits held while the second runs: both as the eager path gives them."""
     ids = _ids(12)
@@ -79,7 +109,7 @@ def _two_passes_held(st):
     st(ids[:, :4], cache)
     first = st(ids[:, 4:6], cache)
     second = st(ids[:, 6:8], cache)
-    ref = StaticLM(st.lm, max_len=st.max_len, graphs="off")
+    ref = StaticLM(st.model, max_len=st.max_len, graphs="off")
     rc = ref.new_cache()
     ref(ids[:, :4], rc)
     return _close(first, ref(ids[:, 4:6], rc)) and _close(second, ref(ids[:, 6:8], rc))
@@ -90,9 +120,9 @@ def test_replay_hands_back_each_pass_its_own_logits_and_reads_each_calls_inputs(
     assert _two_passes_held(st)
     # negative controls: the capture path's two classic mistakes must fail the same check
     monkeypatch.setattr(static_lm._Graph, "__call__", _no_clone)
-    assert not _two_passes_held(StaticLM(st.lm, max_len=32, graphs="replay"))
+    assert not _two_passes_held(StaticLM(st.model, max_len=32, graphs="replay"))
     monkeypatch.setattr(static_lm._Graph, "__call__", _no_copy_in)
-    assert not _two_passes_held(StaticLM(st.lm, max_len=32, graphs="replay"))
+    assert not _two_passes_held(StaticLM(st.model, max_len=32, graphs="replay"))
 
 
 def _no_clone(self, *inputs):
@@ -135,5 +165,5 @@ def test_one_live_cache_per_batch_size_and_bad_input_raise():
         StaticLM(lm, max_len=16, layers=3)
     with pytest.raises(ValueError, match="must not exceed the model's 256 positions"):
         StaticLM(lm, max_len=512)
-    with pytest.raises(TypeError, match="lm must be an HFCausalLM"):
+    with pytest.raises(TypeError, match="model must be an HFCausalLM or a CachedLM"):
         StaticLM(lm.model, max_len=16)
