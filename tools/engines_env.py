@@ -57,7 +57,9 @@ def run_logged(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> 
         handle.flush()
         result = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env)
     if result.returncode != 0:
-        raise RuntimeError(f"exit {result.returncode}: {' '.join(cmd[:6])} ... (see {log})")
+        tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-3:]
+        raise RuntimeError(f"exit {result.returncode}: {' '.join(cmd[:6])} ... (see {log}); its last lines:\n    "
+                           + "\n    ".join(tail))
 
 
 def pip_env(root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -56,6 +56,10 @@ ALLOWED = {  # a peer's file, cited next to its repository (and commit); not a f
     "eagle/model/ea_model.py": "SafeAILab/EAGLE's wrapper (the base model's post-norm hidden states): lab/eagle.py",
     "eagle/train/main.py": "SafeAILab/EAGLE's training loop (SmoothL1 + 0.1 x cross-entropy): lab/eagle.py",
     "vllm_ascend/worker/model_runner_v1.py": "vllm-project/vllm-ascend's model runner (draft_probs=None): notebook 08",
+    "conversion/llama.py": "ggml-org/llama.cpp's LlamaModel.permute (Q/K rows): docs/engines-groundwork.md",
+    "convert_hf_to_gguf.py": "ggml-org/llama.cpp's converter, which held permute before: docs/engines-groundwork.md",
+    "llama_cpp/llama.py": "llama-cpp-python's Llama (generate, its draft loop): docs/engines-groundwork.md",
+    "llama_cpp/_logger.py": "llama-cpp-python's log callback (strict UTF-8 decode): docs/engines-groundwork.md",
 }
 
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
