@@ -115,6 +115,13 @@ def _tally(case: GenerationCase, exact: CaseLaw, samples: list[Sample]):
     return counts, malformed, violations, mismatches, checked, example
 
 
+def _law_table(law: dict, counts: Counter) -> tuple:
+    """(tokens, exact mass, count) for plain's support (most likely first), then every other tuple seen."""
+    support = sorted(law, key=lambda t: (-law[t], t))
+    return tuple((t, law[t], counts.get(t, 0)) for t in support) + tuple(
+        (t, 0.0, counts[t]) for t in sorted(set(counts) - set(law)))
+
+
 def _tv(counts: Counter, malformed: int, n: int, law: dict) -> float:
     """TV between the empirical law (counts / n, malformed outputs off every table) and an exact law."""
     keys = set(counts) | set(law)
@@ -167,7 +174,7 @@ def audit_generation(fn: Callable, *, convention: str = "loop", seed: int = 0, n
         results.append(GenerationCaseResult(
             case.name, case.features, case.k, case.V, n, exact.pi.numel(), _tv(counts, malformed, n, exact.law),
             pw.threshold, pw.floor, pw.detectable, violations, mismatches, checked, nearest,
-            dist.get(nearest, 0.0), example))
+            dist.get(nearest, 0.0), example, _law_table(exact.law, counts)))
     return GenerationReport(_subject(fn, subject), tuple(results), promise,
                             *_diagnosis(results, totals, seen, promise.delta), sized=num_samples is None)
 

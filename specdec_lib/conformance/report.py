@@ -136,6 +136,8 @@ class GenerationCaseResult:
     nearest: str  # the registered loop variant nearest to what was seen (generation.py's distance)
     nearest_distance: float  # its TV from the empirical law plus its gap in the share of wrong logprobs
     example: str = ""  # the first mismatching output: its tokens, the reported and plain's logprobs
+    law: tuple[tuple[tuple[int, ...], float, int], ...] = ()  # (tokens, plain's exact mass, times seen) per outcome
+    # seen or possible, plain's support first (most likely first), then what plain never writes
 
     @property
     def passed(self) -> bool:

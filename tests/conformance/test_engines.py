@@ -56,6 +56,10 @@ def test_plain_and_the_correct_loop_pass_and_a_stale_penalty_fails():
         report, left = audit_engine(engine, mode, cases=cases)
         assert report.passed and left == {}, str(report)
         assert report.subject == f"kit test ({mode})"
+        for c in report.cases:  # the law table: every sample counted once, plain's masses whole, the TV its own
+            assert sum(seen for _, _, seen in c.law) == c.num_samples
+            assert abs(sum(mass for _, mass, _ in c.law) - 1) < 1e-12
+            assert abs(0.5 * sum(abs(seen / c.num_samples - mass) for _, mass, seen in c.law) - c.tv) < 1e-12
     report, _ = audit_engine(engine, "stale", cases=cases)  # negative control
     failed = {c.name for c in report.cases if not c.passed}
     assert not report.passed and {"repetition", "frequency"} <= failed and "plain" not in failed
