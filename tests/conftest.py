@@ -1,8 +1,6 @@
 """Shared fixtures, and the skip of `slow` tests (markers e2e, slow, stat, heavy: registered in pyproject.toml)."""
 import pytest
 
-from specdec_lib.presentation import widgets
-
 
 def _fingerprint(fig) -> bytes:
     """Stands in for PNG bytes: titles, texts and plotted data, which change whenever the picture does."""
@@ -17,6 +15,8 @@ def _fingerprint(fig) -> bytes:
 @pytest.fixture
 def fast_png(monkeypatch):
     """Skip PNG rendering in slider tests (rendering itself is tested in test_presentation_widgets)."""
+    from specdec_lib.presentation import widgets  # here, not at the top: the engines venv has no matplotlib
+
     monkeypatch.setattr(widgets, "png_bytes", _fingerprint)
 
 
