@@ -30,6 +30,7 @@ EOS, VOCAB = 2, 16
 # probes through float32 log probabilities, so allow the same 2e-4
 TOLERANCE = 2e-4
 LONG = ("greedy", "top_k", "min_p", "top_p")  # few outcomes per token: 5 new tokens stay within the kit's power
+SAME_SEED = ("eos", "length", "top_k x5", "top_p x5", "min_p x5")  # the cases in which the server drafts
 
 
 def check_dir() -> Path:
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--same-seed", type=int, default=300, help="seeds for the same-seed count (0: skip)")
     parser.add_argument("--slots", type=int, default=2, help="llama-server's -np and the client's threads")
     parser.add_argument("--threads", type=int, default=1, help="llama-server's -t")
+    parser.add_argument("--draft-is-target", action="store_true", help="draft with the target's own GGUF (more "
+                        "drafts accepted: the acceptance paths run often)")
     parser.add_argument("--logprobs", action="store_true", help="ask for the sampled token's probability too")
     args = parser.parse_args(argv)
     if args.reference:
@@ -106,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     from specdec_lib.conformance.engines import EngineChain, audit_engine, engine_cases, same_seed
 
     reference = json.loads((folder / "reference.json").read_text())
-    with LlamaServerEngine(folder / "target.gguf", vocab=VOCAB, eos=EOS, draft=folder / "draft.gguf",
+    draft = folder / ("target.gguf" if args.draft_is_target else "draft.gguf")
+    with LlamaServerEngine(folder / "target.gguf", vocab=VOCAB, eos=EOS, draft=draft,
                            slots=args.slots, threads=args.threads, logprobs=args.logprobs) as engine:
         began = time.perf_counter()
         worst = logits_check(engine, reference)
@@ -122,15 +126,17 @@ def main(argv: list[str] | None = None) -> int:
             began, requests, seconds = time.perf_counter(), engine.requests, engine.request_seconds
             report, left = audit_engine(engine, mode, cases=cases, num_samples=args.samples)
             rate = (engine.requests - requests) / max(engine.request_seconds - seconds, 1e-9)
-            print(report)
+            print(report, flush=True)
             print(f"-- {mode}: {'PASS' if report.passed else 'FAIL'} in {time.perf_counter() - began:.1f} s (server "
-                  f"start {engine.start_seconds.get(mode, 0):.2f} s), {rate:.0f} generations/s; left out: {left}")
+                  f"start {engine.start_seconds.get(mode, 0):.2f} s), {rate:.0f} generations/s; left out: {left}",
+                  flush=True)
             for case in report.cases:
                 print(f"   {mode} | {case.name} | TV {case.tv:.4f} | threshold {case.threshold:.4f} | n "
-                      f"{case.num_samples} | mismatches {case.mismatches} | {'pass' if case.passed else 'FAIL'}")
+                      f"{case.num_samples} | mismatches {case.mismatches} | {'pass' if case.passed else 'FAIL'}",
+                      flush=True)
             failed |= (mode == "synthetic") == report.passed
             if mode in ("draft", "ngram") and args.same_seed:
-                for case in [c for c in cases if c.name in ("plain", "top_p", "repetition", "eos")]:
+                for case in [c for c in cases if c.name in SAME_SEED]:
                     same = same_seed(engine, mode, case, n=args.same_seed)
                     print(f"   same seed {mode} | {case.name}: {same.equal} of {same.n} equal; first difference "
                           f"{same.first_difference}")
