@@ -178,13 +178,14 @@ class LlamaCppEngine:
         self._teacher.eval(list(context))
         return torch.tensor(self._teacher.scores[len(context) - 1], dtype=torch.float32)
 
-    def unsupported(self, settings: Settings) -> str | None:
+    def unsupported(self, settings: Settings, mode: str = "plain") -> str | None:
+        """Why these settings cannot run the kit's way (the same in both modes), or None."""
         return unsupported_reason(settings, self.eog)
 
     def generate(self, mode: str, prompt: tuple[int, ...], settings: Settings, k: int, seeds: list[int]) -> list:
         """One (new tokens, logprobs or None, "eos" | "length") per seed; k: the lookup's num_pred_tokens."""
         llm = self._runners[check_choice("mode", mode, self.modes)]
-        why = self.unsupported(settings)  # a TypeError for a non-Settings
+        why = self.unsupported(settings, mode)  # a TypeError for a non-Settings
         if why is not None:
             raise ValueError(f"settings: {why}")
         prompt = self._ids("prompt", prompt)

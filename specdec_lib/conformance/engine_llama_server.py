@@ -245,7 +245,7 @@ class LlamaServerEngine:
         self.start_seconds[mode] = server.start_seconds
         return server
 
-    def unsupported(self, settings: Settings) -> str | None:
+    def unsupported(self, settings: Settings, mode: str = "plain") -> str | None:
         """None, or why the server's semantics differ from the kit's (unsupported_reason)."""
         return unsupported_reason(settings, self.eos)
 
@@ -305,7 +305,7 @@ class LlamaServerEngine:
 
     def generate(self, mode: str, prompt: tuple[int, ...], settings: Settings, k: int, seeds: list[int]) -> list:
         """One (tokens, logprobs | None, stop) per seed, the requests spread over the server's slots."""
-        why = self.unsupported(settings)
+        why = self.unsupported(settings, mode)
         if why is not None:
             raise ValueError(f"settings: {why}")
         server = self.server(mode, k)

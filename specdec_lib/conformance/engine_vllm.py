@@ -38,7 +38,7 @@ from ..surface.settings import Settings
 from ..surface.tiny_model import TinyConfig, tiny_causal_lm
 
 __all__ = ["MODES", "TinyVLLMModel", "tiny_model_dir", "write_tiny_model", "sampling_kwargs", "unsupported_reason",
-           "row_logprob", "expand_fixed", "fix_cpu_expand", "VLLMEngine", "ModeView", "PROMPT", "EOS", "vllm_cases",
+           "row_logprob", "expand_fixed", "fix_cpu_expand", "VLLMEngine", "PROMPT", "EOS", "vllm_cases",
            "audit_vllm"]
 
 MODES = ("plain", "ngram")
@@ -227,35 +227,11 @@ class VLLMEngine:
                 out.append((ids, lp, {"stop": "eos", "length": "length"}.get(c.finish_reason, c.finish_reason)))
         return out
 
-    def view(self, mode: str) -> ModeView:
-        """This engine as audit_engine sees it for mode: unsupported() answers for that mode."""
-        return ModeView(self, check_choice("mode", mode, self.modes))
-
     def close(self) -> None:
         """Drop every started engine (in-process: the engine core goes with it)."""
         for llm in self._llms.values():
             llm.llm_engine.engine_core.shutdown()
         self._llms.clear()
-
-
-@dataclass(frozen=True)
-class ModeView:
-    """A VLLMEngine for one mode's audit: the Engine interface, with unsupported() answering for that mode."""
-
-    engine: VLLMEngine
-    mode: str
-
-    def __getattr__(self, name: str):
-        if name in ("name", "version", "modes", "vocab", "logits", "generate"):
-            return getattr(self.engine, name)
-        raise AttributeError(name)
-
-    def unsupported(self, settings: Settings) -> str | None:
-        """Why the engine cannot run settings in this view's mode, or None."""
-        return unsupported_reason(settings, self.mode)
-
-    def close(self) -> None:
-        """Nothing: the engine is closed by its owner."""
 
 
 def vllm_cases(engine, *, k: int = 3) -> list:
@@ -280,7 +256,7 @@ def audit_vllm(model_seed: int = 0, modes=MODES, *, fix_expand: bool = False, nu
     try:
         for mode in modes:
             t = time.perf_counter()
-            report, left = audit_engine(engine.view(mode), check_choice("mode", mode, MODES), cases=cases, seed=seed,
+            report, left = audit_engine(engine, check_choice("mode", mode, MODES), cases=cases, seed=seed,
                                         num_samples=num_samples)
             out.append((mode, report, left, time.perf_counter() - t))
     finally:

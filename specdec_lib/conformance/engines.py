@@ -6,7 +6,8 @@ An engine adapter (one module per engine; each imports its engine only when buil
   vocab              V of the model it serves
   logits(context)    (V,) float logits of the token after context (a tuple of ids), read from the engine's own plain
                      path by teacher forcing: the exact law's source
-  unsupported(settings)  None, or why the engine cannot run these settings (the case is left out, and said so)
+  unsupported(settings, mode)  None, or why the engine cannot run these settings in mode (the case is left out,
+                     and said so)
   generate(mode, prompt, settings, k, seeds) -> one (tokens, logprobs | None, stop | None) per seed: seeded
                      generations of the new tokens (logprobs None where the engine reports none)
   close()            stop what it started (a server process, an engine's workers)
@@ -50,7 +51,7 @@ class Engine(Protocol):
 
     def logits(self, context: tuple[int, ...]) -> torch.Tensor: ...
 
-    def unsupported(self, settings: Settings) -> str | None: ...
+    def unsupported(self, settings: Settings, mode: str) -> str | None: ...
 
     def generate(self, mode: str, prompt: tuple[int, ...], settings: Settings, k: int, seeds: list[int]) -> list: ...
 
@@ -130,7 +131,7 @@ def audit_engine(engine, mode: str, *, cases=None, seed: int = 0, num_samples: i
                          "the battery on the engine's model")
     served, left = [], {}
     for case in cases:
-        why = engine.unsupported(case.settings)
+        why = engine.unsupported(case.settings, mode)
         if why is None:
             served.append(case)
         else:

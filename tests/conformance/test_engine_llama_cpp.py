@@ -233,7 +233,7 @@ def test_the_repetition_penalty_forced_through_fails(real):
         def __getattr__(self, name):
             return getattr(engine, name)
 
-        def unsupported(self, settings):
+        def unsupported(self, settings, mode):
             return None
 
         def generate(self, *args):

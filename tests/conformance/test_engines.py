@@ -25,7 +25,7 @@ class KitEngine:
         self.calls += 1
         return TARGET(context)
 
-    def unsupported(self, settings):
+    def unsupported(self, settings, mode):
         return "no grammar here" if settings.grammar is not None else None
 
     def generate(self, mode, prompt, settings, k, seeds):
