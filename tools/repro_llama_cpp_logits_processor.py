@@ -128,10 +128,12 @@ def count_final_stop(llm, seeds) -> Counter:
     return c
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=300)
-    args = parser.parse_args(argv)
+BUG_COUNTS = ("processor: ids past it (drafts)", "ban: an immediate repeat",
+              f"min_tokens {NEW}: EOS among the first {NEW}")  # the counts that differ between modes when it shows
+
+
+def reproduce(seeds: int = 300) -> tuple[str, dict[str, Counter]]:
+    """(llama-cpp-python's version, {"plain": counts, "prompt lookup": counts}) over seeds 0 .. seeds - 1."""
     import llama_cpp
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
@@ -144,19 +146,25 @@ def main(argv: list[str] | None = None) -> int:
         row = teacher_rows(path)
         engines = {"plain": llama_cpp.Llama(**common), "prompt lookup": llama_cpp.Llama(
             draft_model=LlamaPromptLookupDecoding(max_ngram_size=2, num_pred_tokens=3), **common)}
-        seeds = range(args.seeds)
         counts = {}
         for name, llm in engines.items():  # Counter.update keeps the zero counts (+ would drop them)
-            counts[name] = count_generate(llm, seeds, row)
-            counts[name].update(count_final_stop(llm, seeds))
-    print(f"llama-cpp-python {llama_cpp.__version__}, prompt {PROMPT}, {NEW} new tokens, seeds 0..{args.seeds - 1}")
+            counts[name] = count_generate(llm, range(seeds), row)
+            counts[name].update(count_final_stop(llm, range(seeds)))
+            llm.close()
+    return llama_cpp.__version__, counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=300)
+    args = parser.parse_args(argv)
+    version, counts = reproduce(args.seeds)
+    print(f"llama-cpp-python {version}, prompt {PROMPT}, {NEW} new tokens, seeds 0..{args.seeds - 1}")
     keys = list(dict.fromkeys(k for c in counts.values() for k in c))
     print(f"  {'':45} {'plain':>8} {'lookup':>8}")
     for key in keys:
         print(f"  {key:45} {counts['plain'][key]:8d} {counts['prompt lookup'][key]:8d}")
-    differ = [k for k in ("processor: ids past it (drafts)", "ban: an immediate repeat",
-                          f"min_tokens {NEW}: EOS among the first {NEW}")
-              if counts["plain"][k] != counts["prompt lookup"][k]]
+    differ = [k for k in BUG_COUNTS if counts["plain"][k] != counts["prompt lookup"][k]]
     print("the bug shows: " + (", ".join(differ) if differ else "no"))
     return 1 if differ else 0
 

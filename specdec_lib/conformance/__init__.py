@@ -15,11 +15,16 @@ history-dependent chains with the sampling surface on (penalties, processors, a 
 logprobs) against plain generation's exact law and logprobs, and names the nearest registered loop variant
 (surface.registry); `audit_randomness(fn)` feeds a verifier controlled coins (0, 1 - 2^-53, a grid, two rounds,
 batch companions, poisoned scratch memory) and compares what it commits with the exact law under them.
+
+Real engines: an adapter puts one behind `Engine` (engines.py: engine_llama_cpp, engine_llama_server, engine_vllm
+import their engine only when built), and `audit_engine(engine, mode, cases=engine_cases(...))` runs the second
+tier on it, the exact law read from the engine's own plain rows; `make audit-engines` records every verdict.
 """
 from .adapters import CONVENTIONS, adapt
 from .battery import BETA, DELTA, EPSILON, PROMISE, Case, Power, Promise, battery, law_power, power
 from .bugs import BLOCK_VERIFIERS, FIELD_GUIDE, KnownVerifier, known_verifiers, rule_verifier
 from .check import audit_drafter, audit_verifier
+from .engines import Engine, EngineChain, SameSeed, audit_engine, engine_cases, same_seed
 from .generation import LOGPROB_TOLERANCE, assert_generates, audit_generation
 from .generation_adapters import GENERATION_CONVENTIONS, assisted_generate, speculate_fn
 from .generation_battery import ChainModel, GenerationCase, HFChain, generation_cases, transformers_cases
@@ -46,4 +51,6 @@ __all__ = ["audit_verifier", "audit_drafter", "assert_conformant", "VerifierRepo
            "GENERATION_CONVENTIONS", "speculate_fn", "assisted_generate", "GenerationCase", "generation_cases",
            "transformers_cases", "ChainModel", "HFChain", "law_power", "audit_randomness", "RandomnessReport",
            "ProbeResult", "PROBES", "RAND_CONVENTIONS", "library_verifier", "keyed_by_step", "keyed_by_position",
-           "batch_stream", "BROKEN", "broken_verifier"]
+           "batch_stream", "BROKEN", "broken_verifier",
+           # real engines behind one interface
+           "Engine", "EngineChain", "audit_engine", "engine_cases", "same_seed", "SameSeed"]

@@ -80,7 +80,9 @@ class EngineChain:
 def engine_cases(chain: EngineChain, *, prompt: tuple[int, ...], eos: int, k: int = 3,
                  draft: object | None = None) -> list[GenerationCase]:
     """The engine battery: each setting an engine serves, alone, over two new tokens (three for the length and EOS
-    cases), on the engine's own model (the draft, for a draft-model mode's diagnosis, defaults to the target)."""
+    cases), then greedy and top-k over five (an engine may cap a draft at the tokens left, minus one: a short case
+    never speculates there); on the engine's own model (the draft, for a draft-model mode's diagnosis, defaults to
+    the target)."""
     draft = chain if draft is None else draft
 
     def case(name: str, purpose: str, **settings) -> GenerationCase:
@@ -98,7 +100,11 @@ def engine_cases(chain: EngineChain, *, prompt: tuple[int, ...], eos: int, k: in
             case("presence", "a presence penalty of 1 over the generated tokens", presence_penalty=1.0),
             case("logit_bias", "two tokens pushed up, one down", logit_bias=((1, 1.5), (2, 1.0), (0, -2.0))),
             case("eos", "an end of sequence inside the cap: three new tokens", max_new_tokens=3, eos=eos),
-            case("length", "three new tokens against drafts of k", max_new_tokens=3)]
+            case("length", "three new tokens against drafts of k", max_new_tokens=3),
+            case("greedy x5", "temperature 0 over five new tokens: drafts inside the cap", temperature=0.0,
+                 max_new_tokens=5),
+            case("top_k x5", "top-k 2 over five new tokens: at most 32 outputs, drafts inside the cap", top_k=2,
+                 max_new_tokens=5)]
 
 
 def _check_mode(engine, mode: str) -> str:

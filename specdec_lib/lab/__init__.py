@@ -10,7 +10,8 @@ steps        the phases of a round (draft, verify, roll back)
 accept       the lab's fast acceptance test: the token rule or block verification (verify_blocks' draws)
 measure      the cost terms, timed, and the predicted speedup against the measured one
 schema       the one schema-checked reader: a JSON file into a dataclass, every field checked by name and type
-recordings   the five recorded runs (`make measure`, `measure-self`, `measure-real`, `measure-real-self`, `measure-gpu`)
+recordings   the recorded runs (`make measure`, `measure-self`, `measure-real`, `measure-real-self`, `measure-gpu`,
+             `audit-engines`)
 gpu_recording  the "measure-gpu" record: the real pair's cost terms on one GPU, column by column, and predictions
 recorded_terms  what their terms say: ranges and rankings within the noise, T_1 outliers, what a step reads, rounds
 batch_cost   one target pass over B x (k + 1) positions: c_v(k; B) and the best k per batch size

@@ -1,8 +1,8 @@
 """Lab: the recorded runs and the one reader of them, every file checked against its declared schema.
 
-Five benchmarks write a recording; the committed ones (specdec_lib/data/) are what figures, notebooks and exercises
-print, so they show the same numbers on every machine and never time anything. A recording's kind is the make target
-that writes it:
+Five benchmarks and the engines' audit write a recording; the committed ones (specdec_lib/data/) are what figures,
+notebooks and exercises print, so they show the same numbers on every machine and never time anything. A recording's
+kind is the make target that writes it:
 
     kind               file                        record             written by
     measure            measure_reference.json      MeasureRecording   benchmarks/measure_speedup.py --json
@@ -10,6 +10,7 @@ that writes it:
     measure-real       real_pair_reference.json    RealRecording      benchmarks/measure_real.py --json
     measure-real-self  real_self_reference.json    RealSelfRecording  benchmarks/measure_real_self.py --json
     measure-gpu        gpu_reference.json          GPURecording       benchmarks/measure_gpu.py --json (gpu_recording)
+    audit-engines      engines_reference.json      EnginesRecording   tools/audit_engines.py --json (engines_recording)
 
 A file is `dataclasses.asdict` of its record plus "schema" (SCHEMAS[kind]). load_recording checks the schema, then
 every field by name (each present but those with a default, which a file written before the field existed lacks;
@@ -25,6 +26,7 @@ from importlib import resources
 
 from .._checks import check_choice
 from .batch_cost import BatchCost, LinearCost, fit_c_v
+from .engines_recording import ENGINE_CHOICES, EnginesRecording, check_engines_recording
 from .gpu_recording import GPU_CHOICES, GPURecording, check_gpu_recording
 from .recorded_terms import RunRepeat, check_repeats
 from .schema import load_checked
@@ -397,6 +399,7 @@ _KINDS = {  # kind: (record, its file in specdec_lib/data/, the schemas read (wr
     "measure-real": (RealRecording, "real_pair_reference.json", (2, 1), CHOICES, _check_pair),
     "measure-real-self": (RealSelfRecording, "real_self_reference.json", (1,), CHOICES, _check_self),
     "measure-gpu": (GPURecording, "gpu_reference.json", (1,), GPU_CHOICES, check_gpu_recording),
+    "audit-engines": (EnginesRecording, "engines_reference.json", (1,), ENGINE_CHOICES, check_engines_recording),
 }
 REFERENCE_PATHS = {kind: pathlib.Path(str(resources.files("specdec_lib") / "data" / file))
                    for kind, (_, file, *_) in _KINDS.items()}  # the committed recordings

@@ -11,9 +11,9 @@ from .style import DPI
 __all__ = ["ACTS", "figure_modules", "all_figures", "write_figures"]
 
 # presentation modules in course order; any other module with FIGURES follows, so none is ever left out
-ACTS = ("distribution", "block_decoder", "field_guide", "audit", "sampling_surface", "token_accounting", "cost_model",
-        "gpu_regime", "measure_it", "real_pair", "many_drafts_and_trees", "bending_the_rules", "optimal_verification",
-        "drafts_from_the_target")
+ACTS = ("distribution", "block_decoder", "field_guide", "audit", "sampling_surface", "engines", "token_accounting",
+        "cost_model", "gpu_regime", "measure_it", "real_pair", "many_drafts_and_trees", "bending_the_rules",
+        "optimal_verification", "drafts_from_the_target")
 
 
 def figure_modules() -> list[str]:

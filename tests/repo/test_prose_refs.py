@@ -60,6 +60,9 @@ ALLOWED = {  # a peer's file, cited next to its repository (and commit); not a f
     "convert_hf_to_gguf.py": "ggml-org/llama.cpp's converter, which held permute before: docs/engines-groundwork.md",
     "llama_cpp/llama.py": "llama-cpp-python's Llama (generate, its draft loop): docs/engines-groundwork.md",
     "llama_cpp/_logger.py": "llama-cpp-python's log callback (strict UTF-8 decode): docs/engines-groundwork.md",
+    "tools/server/server-context.cpp": "llama.cpp's server (the draft cap, the unset probability): notebook 02e",
+    "rejection_sampler.py": "vllm-project/vllm's v1/sample/rejection_sampler.py (the expand): notebook 02e",
+    "utils/cpu_triton_utils.py": "vllm-project/vllm's CPU stand-ins for Triton kernels: notebook 02e",
 }
 
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)
