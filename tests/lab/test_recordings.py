@@ -6,6 +6,7 @@ import pathlib
 import tomllib
 
 import pytest
+from recording_files import write
 
 import specdec_lib as sd
 from specdec_lib.cost import BestK
@@ -19,11 +20,6 @@ FILES = {"measure": "measure_reference.json", "measure-self": "self_drafts_refer
          "measure-real": "real_pair_reference.json", "measure-real-self": "real_self_reference.json",
          "measure-gpu": "gpu_reference.json", "audit-engines": "engines_reference.json"}
 
-
-def write(tmp_path, data) -> str:
-    path = tmp_path / "rec.json"
-    path.write_text(json.dumps(data))
-    return str(path)
 
 
 # ---- every kind: where the files are, what the reader refuses -----------------------------------------------------
