@@ -173,6 +173,7 @@ class StaticLM:
             self._buffers[batch] = tuple(torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in "kv")
         self._live[batch] = KVCache.over(*self._buffers[batch])
         return self._live[batch]
+
     @torch.inference_mode()
     def __call__(self, ids: torch.Tensor, cache: KVCache | None = None, *, positions: torch.Tensor | None = None,
                  mask: torch.Tensor | None = None) -> torch.Tensor:
