@@ -37,8 +37,8 @@ from ..surface.settings import Settings
 from ..surface.tiny_model import TinyConfig, tiny_causal_lm
 from .gguf_model import TinyGGUF, write_gguf
 
-__all__ = ["MODES", "PROMPT", "VOCAB", "HEAD_SCALE", "MODEL_SEED", "LogitBias", "generate_kwargs", "unsupported_reason",
-           "tiny_gguf", "LookupCounter", "LlamaCppEngine", "audit_llama_cpp"]
+__all__ = ["MODES", "PROMPT", "VOCAB", "HEAD_SCALE", "MODEL_SEED", "LogitBias", "generate_kwargs",
+           "llama_cpp_unsupported", "tiny_gguf", "LookupCounter", "LlamaCppEngine", "audit_llama_cpp"]
 
 MODES = ("plain", "prompt lookup")
 # The tiny model and prompt, chosen by an exact search (vocabulary 8, head scales 1-3, model seeds 0-7, greedy and
@@ -64,7 +64,7 @@ class LogitBias:
 
 
 def generate_kwargs(settings: Settings) -> dict:
-    """Llama.generate's keyword arguments for settings (the ones unsupported_reason lets through)."""
+    """Llama.generate's keyword arguments for settings (the ones llama_cpp_unsupported lets through)."""
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be a Settings, got {type(settings).__name__}")
     s = settings
@@ -74,7 +74,7 @@ def generate_kwargs(settings: Settings) -> dict:
             "logits_processor": [LogitBias(s.logit_bias)] if s.logit_bias else None}
 
 
-def unsupported_reason(settings: Settings, eog: frozenset[int] = frozenset({2})) -> str | None:
+def llama_cpp_unsupported(settings: Settings, eog: frozenset[int] = frozenset({2})) -> str | None:
     """None, or why llama-cpp-python's sampler is not the kit's law under settings (module doc); eog: the model's
     end-of-generation ids, the only tokens it stops at."""
     if not isinstance(settings, Settings):
@@ -180,7 +180,7 @@ class LlamaCppEngine:
 
     def unsupported(self, settings: Settings, mode: str = "plain") -> str | None:
         """Why these settings cannot run the kit's way (the same in both modes), or None."""
-        return unsupported_reason(settings, self.eog)
+        return llama_cpp_unsupported(settings, self.eog)
 
     def generate(self, mode: str, prompt: tuple[int, ...], settings: Settings, k: int, seeds: list[int]) -> list:
         """One (new tokens, logprobs or None, "eos" | "length") per seed; k: the lookup's num_pred_tokens."""

@@ -38,7 +38,7 @@ from .._checks import check_choice, check_int
 from ..surface.settings import Settings
 
 __all__ = ["MODES", "SAMPLERS", "LlamaServerEngine", "binary_path", "server_command", "request_body",
-           "unsupported_reason"]
+           "llama_server_unsupported"]
 
 MODES = ("plain", "draft", "draft probabilistic", "ngram", "synthetic")
 DRAFT_MODES = ("draft", "draft probabilistic", "synthetic")
@@ -81,7 +81,7 @@ def server_command(binary, model, mode: str, *, port: int, k: int = 3, draft=Non
     return cmd
 
 
-def unsupported_reason(settings: Settings, eos: int) -> str | None:
+def llama_server_unsupported(settings: Settings, eos: int) -> str | None:
     """None, or why llama-server's semantics differ from the kit's for these settings (the model's EOS is eos)."""
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be a Settings, got {type(settings).__name__}")
@@ -246,8 +246,8 @@ class LlamaServerEngine:
         return server
 
     def unsupported(self, settings: Settings, mode: str = "plain") -> str | None:
-        """None, or why the server's semantics differ from the kit's (unsupported_reason)."""
-        return unsupported_reason(settings, self.eos)
+        """None, or why the server's semantics differ from the kit's (llama_server_unsupported)."""
+        return llama_server_unsupported(settings, self.eos)
 
     def _probe(self, server: _Server, context: tuple[int, ...], penalty: float | None) -> torch.Tensor:
         """The row after context: raw log softmax (penalty None), or after a repetition penalty on the last token."""

@@ -37,7 +37,7 @@ from .._checks import check_choice, check_int, check_real
 from ..surface.settings import Settings
 from ..surface.tiny_model import TinyConfig, tiny_causal_lm
 
-__all__ = ["MODES", "TinyVLLMModel", "tiny_model_dir", "write_tiny_model", "sampling_kwargs", "unsupported_reason",
+__all__ = ["MODES", "TinyVLLMModel", "tiny_model_dir", "write_tiny_model", "sampling_kwargs", "vllm_unsupported",
            "row_logprob", "expand_fixed", "fix_cpu_expand", "VLLMEngine", "PROMPT", "EOS", "vllm_cases",
            "audit_vllm"]
 
@@ -81,7 +81,7 @@ def write_tiny_model(path: str | Path | None = None, *, vocab: int = 8, seed: in
     return TinyVLLMModel(path, model, vocab)
 
 
-def unsupported_reason(settings: Settings, mode: str = "plain") -> str | None:
+def vllm_unsupported(settings: Settings, mode: str = "plain") -> str | None:
     """None when vLLM runs settings in mode as the kit defines them, else why not (the module docstring's list)."""
     if not isinstance(settings, Settings):
         raise TypeError(f"settings must be a Settings, got {type(settings).__name__}")
@@ -202,7 +202,7 @@ class VLLMEngine:
 
     def unsupported(self, settings: Settings, mode: str = "plain") -> str | None:
         """Why vLLM cannot run settings in mode as the kit defines them, or None."""
-        return unsupported_reason(settings, mode)
+        return vllm_unsupported(settings, mode)
 
     def generate(self, mode: str, prompt: tuple[int, ...], settings: Settings, k: int, seeds: list[int]) -> list:
         """One (tokens, logprobs | None, stop) per seed: a batch of seeded requests in one llm.generate call."""
@@ -210,7 +210,7 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         check_choice("mode", mode, self.modes)
-        why = unsupported_reason(settings, mode)
+        why = vllm_unsupported(settings, mode)
         if why is not None:
             raise ValueError(f"settings: {why}")
         llm = self._llm(mode, k)

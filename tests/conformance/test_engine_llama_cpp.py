@@ -16,8 +16,8 @@ from specdec_lib.conformance.engine_llama_cpp import (
     LlamaCppEngine,
     LookupCounter,
     generate_kwargs,
+    llama_cpp_unsupported,
     tiny_gguf,
-    unsupported_reason,
 )
 from specdec_lib.conformance.engines import Engine, EngineChain, audit_engine, engine_cases, same_seed
 from specdec_lib.surface import grammar as grammars
@@ -51,16 +51,16 @@ def test_settings_map_to_generate_arguments():
     (Settings(eos=3), "end-of-generation tokens [2], not at 3"),
 ])
 def test_settings_it_cannot_run_are_named(settings, why):
-    assert why in unsupported_reason(settings)
+    assert why in llama_cpp_unsupported(settings)
 
 
 def test_settings_it_runs_as_the_kit_does():
     for settings in (Settings(), Settings(temperature=0.7, top_k=2), Settings(temperature=0.0, top_p=0.5, min_p=0.2),
                      Settings(top_p=0.7, top_k=3), Settings(min_p=0.2, top_k=2), Settings(eos=2, max_new_tokens=3),
                      Settings(frequency_penalty=1.0, presence_penalty=1.0, logit_bias=((1, 1.0),))):
-        assert unsupported_reason(settings) is None, settings
+        assert llama_cpp_unsupported(settings) is None, settings
     with pytest.raises(TypeError, match="settings must be a Settings"):
-        unsupported_reason(None)
+        llama_cpp_unsupported(None)
 
 
 def test_the_counter_scores_drafts_against_the_text():

@@ -62,16 +62,16 @@ def test_settings_map_to_a_request_in_the_kits_order():
 
 
 def test_unsupported_settings_say_why():
-    assert els.unsupported_reason(ALL_ON, 2) is None and els.unsupported_reason(Settings(eos=2), 2) is None
-    assert "count the prompt" in els.unsupported_reason(Settings(frequency_penalty=1.0), 2)
-    assert "count the prompt" in els.unsupported_reason(Settings(presence_penalty=1.0), 2)
-    assert "before the penalties" in els.unsupported_reason(Settings(repetition_penalty=2.0,
+    assert els.llama_server_unsupported(ALL_ON, 2) is None and els.llama_server_unsupported(Settings(eos=2), 2) is None
+    assert "count the prompt" in els.llama_server_unsupported(Settings(frequency_penalty=1.0), 2)
+    assert "count the prompt" in els.llama_server_unsupported(Settings(presence_penalty=1.0), 2)
+    assert "before the penalties" in els.llama_server_unsupported(Settings(repetition_penalty=2.0,
                                                                      logit_bias=((1, 1.0),)), 2)
-    assert "GBNF" in els.unsupported_reason(Settings(grammar=grammars.no_immediate_repeat(4)), 2)
-    assert "n-gram or bad-word" in els.unsupported_reason(Settings(no_repeat_ngram_size=2), 2)
-    assert "only at the model's EOS (id 2)" in els.unsupported_reason(Settings(eos=3), 2)
+    assert "GBNF" in els.llama_server_unsupported(Settings(grammar=grammars.no_immediate_repeat(4)), 2)
+    assert "n-gram or bad-word" in els.llama_server_unsupported(Settings(no_repeat_ngram_size=2), 2)
+    assert "only at the model's EOS (id 2)" in els.llama_server_unsupported(Settings(eos=3), 2)
     with pytest.raises(TypeError, match="settings must be a Settings"):
-        els.unsupported_reason({"temperature": 1.0}, 2)
+        els.llama_server_unsupported({"temperature": 1.0}, 2)
 
 
 def test_a_missing_binary_is_a_clear_error(tmp_path):

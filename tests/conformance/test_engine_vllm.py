@@ -32,21 +32,21 @@ def test_settings_map_to_sampling_params():
 
 
 def test_unsupported_names_each_difference_and_the_mode():
-    assert ev.unsupported_reason(Settings()) is None and ev.unsupported_reason(Settings(), "ngram") is None
-    assert ev.unsupported_reason(Settings(min_p=0.2, logit_bias=((1, 1.0),))) is None  # plain runs both
+    assert ev.vllm_unsupported(Settings()) is None and ev.vllm_unsupported(Settings(), "ngram") is None
+    assert ev.vllm_unsupported(Settings(min_p=0.2, logit_bias=((1, 1.0),))) is None  # plain runs both
     for settings, word in ((Settings(no_repeat_ngram_size=2), "n-gram"), (Settings(bad_words=((1,),)), "bad words"),
                            (Settings(grammar=grammars.no_immediate_repeat(4)), "tokenizer"),
                            (Settings(logit_bias=((1, 1.0),), repetition_penalty=2.0), "before the penalties")):
-        assert word in ev.unsupported_reason(settings)
+        assert word in ev.vllm_unsupported(settings)
     for settings in (Settings(min_p=0.2), Settings(logit_bias=((1, 1.0),))):
-        assert "speculative" in ev.unsupported_reason(settings, "ngram")
-    assert "empty tensor" in ev.unsupported_reason(Settings(top_k=2), "ngram")
-    assert ev.unsupported_reason(Settings(top_k=2)) is None
-    assert ev.unsupported_reason(Settings(frequency_penalty=1.0, logit_bias=((1, 1.0),))) is None  # they commute
+        assert "speculative" in ev.vllm_unsupported(settings, "ngram")
+    assert "empty tensor" in ev.vllm_unsupported(Settings(top_k=2), "ngram")
+    assert ev.vllm_unsupported(Settings(top_k=2)) is None
+    assert ev.vllm_unsupported(Settings(frequency_penalty=1.0, logit_bias=((1, 1.0),))) is None  # they commute
     with pytest.raises(ValueError, match="mode"):
-        ev.unsupported_reason(Settings(), "eagle")
+        ev.vllm_unsupported(Settings(), "eagle")
     with pytest.raises(TypeError, match="settings"):
-        ev.unsupported_reason({"temperature": 1.0})
+        ev.vllm_unsupported({"temperature": 1.0})
     with pytest.raises(TypeError, match="settings"):
         ev.sampling_kwargs(None, 0)
     with pytest.raises(ValueError, match="seed"):
