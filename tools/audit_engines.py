@@ -125,6 +125,26 @@ def verdicts(engine: str, mode: str, report, left: dict) -> list[EngineVerdict]:
                    for name, why in left.items()]
 
 
+def keep_failing_laws(rows: list[EngineVerdict]) -> list[EngineVerdict]:
+    """The rows with their law tables kept only where a case failed, and in plain beside it (what a reader
+    compares); a passing case's table is hundreds of outcomes nobody reads."""
+    failed = {v.case for v in rows if v.verdict == "FAIL"}
+    keep = [v.verdict == "FAIL" or (v.mode == "plain" and v.case in failed) for v in rows]
+    return [v if k else dataclasses.replace(v, law=[]) for v, k in zip(rows, keep)]
+
+
+def dumps(recording: dict) -> str:
+    """The recording as JSON, indented, each law table on one line (thousands of short triples)."""
+    recording, tables = {**recording, "verdicts": [dict(v) for v in recording["verdicts"]]}, []
+    for v in recording["verdicts"]:
+        tables.append(json.dumps(v["law"], separators=(",", ":")))
+        v["law"] = f"@law{len(tables) - 1}@"
+    text = json.dumps(recording, indent=1)
+    for i, table in enumerate(tables):
+        text = text.replace(f'"@law{i}@"', table, 1)
+    return text + "\n"
+
+
 def audit(name: str, setup: Setup, *, samples: int | None, same_n: int) -> tuple[EngineInstall, list, list, list]:
     """(its install row, verdicts, same-seed rows, problems) for one engine; every report printed."""
     engine, rows, same, problems = setup.engine, [], [], []
@@ -141,6 +161,7 @@ def audit(name: str, setup: Setup, *, samples: int | None, same_n: int) -> tuple
             s = same_seed(engine, mode, [c for c in setup.cases if c.name == "top_k x5"][0], n=same_n)
             same.append(SameSeedRow(engine=name, mode=mode, case=s.case, equal=s.equal, n=s.n))
             print(f"{name} {mode}: same seed, same tokens as plain in {s.equal} of {s.n} ({s.case})", flush=True)
+    rows = keep_failing_laws(rows)
     first, cached = _history_seconds(name)
     install = EngineInstall(engine=name, version=engine.version, install=setup.install, first_seconds=first,
                             cached_seconds=cached, modes=list(engine.modes))
@@ -202,7 +223,7 @@ def main(argv=None) -> int:
             recording[part] = sorted(kept, key=lambda x: list(SETUPS).index(x["engine"]))  # stable: SETUPS' order
         recording["notes"] = {**old.get("notes", {}), **recording["notes"]}
     a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps(recording, indent=1) + "\n")
+    a.json.write_text(dumps(recording))
     load_recording("audit-engines", a.json)  # what was written reads back
     every = recording["verdicts"]  # with --update, the kept engines' too
     judged = [v for v in every if v["verdict"] != "left out"]

@@ -45,7 +45,8 @@ class EngineVerdict:
     violations: int  # outputs that broke the contract (a token off the vocabulary, a stop against its tokens)
     logprob_mismatches: int
     note: str  # the nearest registered variant of a failure, or why the case was left out
-    law: list[tuple[list[int], float, int]]  # (tokens, plain's exact mass, times seen) per outcome; empty: left out
+    law: list[tuple[list[int], float, int]]  # (tokens, plain's exact mass, times seen) per outcome, kept where the
+    # case failed and in plain beside it; empty elsewhere
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,12 @@ def test_the_committed_recording_keeps_its_promises():
     lookup = [v for v in R.table("llama-cpp-python")["prompt lookup"].values() if v.verdict != "left out"]
     assert all(v.verdict == "pass" for v in lookup)
     assert R.same_seed and all(s.equal == s.n for s in R.same_seed)  # sample-and-match: plain's tokens
-    for v in R.verdicts:  # each judged case's law table: every sample counted, plain's masses whole
-        if v.verdict != "left out":
+    failed = {(v.engine, v.case) for v in R.verdicts if v.verdict == "FAIL"}
+    for v in R.verdicts:  # a failure's law table and plain's beside it: every sample counted, plain's masses whole
+        if v.verdict == "FAIL" or (v.mode == "plain" and (v.engine, v.case) in failed):
             assert sum(seen for _, _, seen in v.law) == v.n and abs(sum(m for _, m, _ in v.law) - 1) < 1e-9
+        else:
+            assert v.law == []  # kept only where a reader compares them
 
 
 def test_a_recording_that_contradicts_itself_is_refused(tmp_path):
