@@ -37,6 +37,10 @@
 #                    then runs tools/engine_logits_check.py (llama.cpp's logits against transformers' float64 forward)
 #   make audit-engines  make engines-env, then the kit on every engine, mode and case there (tools/audit_engines.py):
 #                    the reports printed, specdec_lib/data/engines_reference.json rewritten (AUDIT_ENGINES_ARGS)
+#   make measure-engines  the CPU anchor: make engines-env and make real-pair, then the pair through llama-server
+#                    (plain, draft-simple, ngram-simple; Q4_K_M and F32) on measure-real's tasks, one thread
+#                    (benchmarks/measure_engines.py; ~40 min here); rewrites specdec_lib/data/engine_speed_reference.json
+#                    (MEASURE_ENGINES_ARGS="--help"; --tiny: tiny GGUFs, seconds)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv
 #
@@ -66,7 +70,7 @@ PORTABLE_JOBS ?= 2
 PORTABLE_SKIP ?=
 PORTABLE_ARGS = --jobs $(PORTABLE_JOBS)$(if $(strip $(PORTABLE_SKIP)), $(addprefix --skip ,$(PORTABLE_SKIP)))
 
-.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self measure-gpu gpu-smoke engines-env audit-engines lock clean distclean help
+.PHONY: all install test test-fast test-lib test-notebooks test-portable lint test-student student e2e book lab notebooks figures bench models measure measure-self real-pair measure-real measure-real-self measure-gpu gpu-smoke engines-env audit-engines measure-engines lock clean distclean help
 .DEFAULT_GOAL := help
 
 help:
@@ -224,6 +228,10 @@ engines-env:
 ENGINES_PY = $${SPECDEC_CACHE:-$$HOME/.cache/specdec}/engines/venv/bin/python
 audit-engines: engines-env
 	PYTHONPATH=$(CURDIR) $(ENGINES_PY) tools/audit_engines.py $(AUDIT_ENGINES_ARGS)
+
+measure-engines: engines-env $(STAMP)
+	$(VPY) tools/real_pair.py --quiet
+	PYTHONPATH=$(CURDIR) $(ENGINES_PY) benchmarks/measure_engines.py $(MEASURE_ENGINES_ARGS)
 
 # Freeze the current .venv into requirements.lock, then environment.yml from the lock.
 lock:

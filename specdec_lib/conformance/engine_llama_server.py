@@ -8,7 +8,7 @@ flag, the request field is compiled out at b11434, the server's server-schema.cp
                          token equals it (sample-and-match, common/sampling.cpp L686-717)
   "draft probabilistic"  `--spec-draft-sampling probabilistic`: the draft samples, the target accepts with
                          min(1, p/q), else draws from max(0, p - q) (common/sampling.cpp L729-836)
-  "ngram"                `--spec-type ngram-simple` (lookup n-gram 1, k drafted tokens), sample-and-match
+  "ngram"                `--spec-type ngram-simple` (lookup n-gram ngram_n, 1 here, k drafted tokens)
   "synthetic"            the draft model with `--spec-synth-rates`: drafts accepted at random, "benchmarking only"
                          (server-context.cpp L81-122): the negative control, it must fail
 
@@ -37,7 +37,7 @@ import torch
 from .._checks import check_choice, check_int
 from ..surface.settings import Settings
 
-__all__ = ["MODES", "SAMPLERS", "LlamaServerEngine", "binary_path", "server_command", "request_body",
+__all__ = ["MODES", "SAMPLERS", "LlamaServerEngine", "Server", "binary_path", "server_command", "request_body",
            "llama_server_unsupported"]
 
 MODES = ("plain", "draft", "draft probabilistic", "ngram", "synthetic")
@@ -56,17 +56,20 @@ def binary_path() -> Path:
     return Path(os.environ.get("SPECDEC_CACHE", "~/.cache/specdec")).expanduser() / "engines" / "bin" / "llama-server"
 
 
-def server_command(binary, model, mode: str, *, port: int, k: int = 3, draft=None, slots: int = 1,
-                   threads: int = 1) -> list[str]:
-    """The llama-server command line of a mode (module doc), F32 KV cache for the target and the draft."""
+def server_command(binary, model, mode: str, *, port: int, k: int = 3, draft=None, slots: int = 1,  # noqa: PLR0913 (a keyword per server flag)
+                   threads: int = 1, ctx: int = CTX, ngram_n: int = 1) -> list[str]:
+    """The llama-server command line of a mode (module doc), F32 KV cache for the target and the draft, ctx tokens
+    of context per slot, /metrics on (its counters include the verification passes); "ngram" looks up the last
+    ngram_n tokens."""
     mode = check_choice("mode", mode, MODES)
     k, port = check_int("k", k, minimum=1), check_int("port", port, minimum=1)
     slots, threads = check_int("slots", slots, minimum=1), check_int("threads", threads, minimum=1)
+    ctx, ngram_n = check_int("ctx", ctx, minimum=8), check_int("ngram_n", ngram_n, minimum=1)
     if mode in DRAFT_MODES and draft is None:
         raise ValueError(f"draft must name a draft GGUF for mode {mode!r}")
-    cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(CTX * slots),
+    cmd = [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-c", str(ctx * slots),
            "-np", str(slots), "-t", str(threads), "--cache-type-k", "f32", "--cache-type-v", "f32", "--no-webui",
-           "--no-warmup", "-fa", "off"]
+           "--no-warmup", "-fa", "off", "--metrics"]
     if mode in DRAFT_MODES:
         cmd += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(k),
                 "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-ctkd", "f32", "-ctvd", "f32",
@@ -76,8 +79,8 @@ def server_command(binary, model, mode: str, *, port: int, k: int = 3, draft=Non
     if mode == "synthetic":
         cmd += ["--spec-synth-rates", ",".join(f"{SYNTH_RATE ** (i + 1):.6g}" for i in range(k))]
     if mode == "ngram":
-        cmd += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m",
-                str(k)]
+        cmd += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(ngram_n),
+                "--spec-ngram-simple-size-m", str(k)]
     return cmd
 
 
@@ -114,7 +117,7 @@ def request_body(settings: Settings, prompt, n_predict: int, seed: int, *, logpr
     return body
 
 
-class _Server:
+class Server:
     """One llama-server process on a free port: started, waited for (/health), stopped by its own PID."""
 
     def __init__(self, cmd_for_port, log_path: Path, timeout: float):
@@ -174,6 +177,17 @@ class _Server:
             raise RuntimeError(f"llama-server {path}: HTTP {response.status}: {answer}")
         return answer
 
+    def metrics(self) -> dict[str, float]:
+        """The /metrics counters and gauges (Prometheus text), by name without the "llamacpp:" prefix."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+        finally:
+            conn.close()
+        return {name.split(":", 1)[-1]: float(value) for name, value in
+                (line.split()[:2] for line in text.splitlines() if line and not line.startswith("#"))}
+
     def stop(self) -> None:
         """Terminate the process by its PID, wait, kill it if it lingers."""
         if self.process.poll() is None:
@@ -200,8 +214,8 @@ class LlamaServerEngine:
 
     name = "llama-server"
 
-    def __init__(self, model, *, vocab: int, eos: int, draft=None, binary=None, slots: int = 4, threads: int = 1,
-                 logprobs: bool = False):
+    def __init__(self, model, *, vocab: int, eos: int, draft=None, binary=None, slots: int = 4, threads: int = 1,  # noqa: PLR0913 (server_command's flags)
+                 logprobs: bool = False, ctx: int = CTX, ngram_n: int = 1):
         self.binary = Path(binary) if binary is not None else binary_path()
         if not self.binary.exists():
             raise FileNotFoundError(f"binary: no llama-server at {self.binary} (make engines-env builds it)")
@@ -212,6 +226,7 @@ class LlamaServerEngine:
                 raise FileNotFoundError(f"{name}: no GGUF at {path}")
         self.vocab, self.eos = check_int("vocab", vocab, minimum=2), check_int("eos", eos, minimum=0)
         self.slots, self.threads = check_int("slots", slots, minimum=1), check_int("threads", threads, minimum=1)
+        self.ctx, self.ngram_n = check_int("ctx", ctx, minimum=8), check_int("ngram_n", ngram_n, minimum=1)
         self.modes = MODES if self.draft else tuple(m for m in MODES if m not in DRAFT_MODES)
         self.logprobs = bool(logprobs)
         out = subprocess.run([str(self.binary), "--version"], capture_output=True, text=True, timeout=60)
@@ -219,7 +234,7 @@ class LlamaServerEngine:
         self.version = f"b{build.group(1)}" if build else "unknown"
         self.log_dir = self.binary.parent.parent / "server-logs"  # a log per mode, appended
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._servers: dict[str, tuple[int, _Server]] = {}
+        self._servers: dict[str, tuple[int, Server]] = {}
         self._pool = ThreadPoolExecutor(self.slots)
         self.start_seconds: dict[str, float] = {}  # mode: seconds from the process's start to a healthy server
         self.requests, self.request_seconds = 0, 0.0  # generation requests and the wall time they took
@@ -230,7 +245,7 @@ class LlamaServerEngine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def server(self, mode: str, k: int = 3) -> _Server:
+    def server(self, mode: str, k: int = 3) -> Server:
         """The running server of mode with drafts of k (started, or restarted when k changed)."""
         mode = check_choice("mode", mode, self.modes)
         k = 1 if mode == "plain" else check_int("k", k, minimum=1)
@@ -239,8 +254,9 @@ class LlamaServerEngine:
         if mode in self._servers:
             self._servers.pop(mode)[1].stop()
         log = self.log_dir / f"{mode.replace(' ', '-')}.log"
-        server = _Server(lambda port: server_command(self.binary, self.model, mode, port=port, k=k, draft=self.draft,
-                                                     slots=self.slots, threads=self.threads), log, START_TIMEOUT)
+        server = Server(lambda port: server_command(self.binary, self.model, mode, port=port, k=k, draft=self.draft,
+                                                     slots=self.slots, threads=self.threads, ctx=self.ctx,
+                                                     ngram_n=self.ngram_n), log, START_TIMEOUT)
         self._servers[mode] = (k, server)
         self.start_seconds[mode] = server.start_seconds
         return server
@@ -249,14 +265,14 @@ class LlamaServerEngine:
         """None, or why the server's semantics differ from the kit's (llama_server_unsupported)."""
         return llama_server_unsupported(settings, self.eos)
 
-    def _probe(self, server: _Server, context: tuple[int, ...], penalty: float | None) -> torch.Tensor:
+    def _probe(self, server: Server, context: tuple[int, ...], penalty: float | None) -> torch.Tensor:
         """The row after context: raw log softmax (penalty None), or after a repetition penalty on the last token."""
         body = {"prompt": list(context), "n_predict": 1, "n_probs": self.vocab, "seed": 0, "temperature": 1.0,
                 "samplers": ["penalties"] if penalty else [], "repeat_penalty": penalty or 1.0, "repeat_last_n": 1,
                 "post_sampling_probs": penalty is not None, "response_fields": ["completion_probabilities"]}
         return _row(server.post("/completion", body), self.vocab)
 
-    def _offset(self, server: _Server, context: tuple[int, ...], a: torch.Tensor) -> float:
+    def _offset(self, server: Server, context: tuple[int, ...], a: torch.Tensor) -> float:
         """raw logits - log softmax, from the penalty's effect on the last token t (its raw logit l): the other
         tokens move by the normaliser only, t by l/r - l when l > 0, else l*r - l; r = 2 and 1/2 tell the sign."""
         t = context[-1]
@@ -283,7 +299,7 @@ class LlamaServerEngine:
         a = self._probe(server, context, None)
         return a + self._offset(server, context, a)
 
-    def _one(self, server: _Server, prompt: tuple[int, ...], settings: Settings, seed: int) -> tuple:
+    def _one(self, server: Server, prompt: tuple[int, ...], settings: Settings, seed: int) -> tuple:
         """One seeded generation; an EOS the settings do not name is continued past by a fresh request (the server
         always stops at its EOS), seeded from seed and the part's index."""
         tokens, logprobs, part = [], [], 0

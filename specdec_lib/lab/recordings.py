@@ -1,6 +1,6 @@
 """Lab: the recorded runs and the one reader of them, every file checked against its declared schema.
 
-Five benchmarks and the engines' audit write a recording; the committed ones (specdec_lib/data/) are what figures,
+Six benchmarks and the engines' audit write a recording; the committed ones (specdec_lib/data/) are what figures,
 notebooks and exercises print, so they show the same numbers on every machine and never time anything. A recording's
 kind is the make target that writes it:
 
@@ -11,6 +11,7 @@ kind is the make target that writes it:
     measure-real-self  real_self_reference.json    RealSelfRecording  benchmarks/measure_real_self.py --json
     measure-gpu        gpu_reference.json          GPURecording       benchmarks/measure_gpu.py --json (gpu_recording)
     audit-engines      engines_reference.json      EnginesRecording   tools/audit_engines.py --json (engines_recording)
+    measure-engines    engine_speed_reference.json EngineSpeedRecording  benchmarks/measure_engines.py (engine_speed)
 
 A file is `dataclasses.asdict` of its record plus "schema" (SCHEMAS[kind]). load_recording checks the schema, then
 every field by name (each present but those with a default, which a file written before the field existed lacks;
@@ -26,8 +27,10 @@ from importlib import resources
 
 from .._checks import check_choice
 from .batch_cost import BatchCost, LinearCost, fit_c_v
+from .engine_speed import SPEED_CHOICES, EngineSpeedRecording, check_engine_speed
 from .engines_recording import ENGINE_CHOICES, EnginesRecording, check_engines_recording
 from .gpu_recording import GPU_CHOICES, GPURecording, check_gpu_recording
+from .model_manifest import ModelFile, ModelManifest
 from .recorded_terms import RunRepeat, check_repeats
 from .schema import load_checked
 from .speedup_table import SpeedupTable
@@ -135,28 +138,6 @@ class SelfRecording:
         """The chain drafts recorded on target at temperature, in order."""
         check_choice("target", target, tuple(dict.fromkeys(r.target for r in self.chains)))
         return [r.table.draft for r in self.chains if (r.target, r.temperature) == (target, temperature)]
-
-
-@dataclass(frozen=True)
-class ModelFile:
-    """One weight file: its name (no folder), size and sha256."""
-
-    path: str
-    bytes: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class ModelManifest:
-    """What one model of the pair is, where it came from, under which licence, and its files' checksums."""
-
-    role: str  # "target" | "draft"
-    name: str  # e.g. "Qwen2.5-Coder-1.5B-Instruct"
-    source: str  # how it was obtained
-    licence: str
-    files: list[ModelFile]
-    header: dict  # GGUF header fields (general.name, general.architecture, tokenizer.ggml.model, ...)
-    params: int
 
 
 @dataclass(frozen=True)
@@ -400,6 +381,7 @@ _KINDS = {  # kind: (record, its file in specdec_lib/data/, the schemas read (wr
     "measure-real-self": (RealSelfRecording, "real_self_reference.json", (1,), CHOICES, _check_self),
     "measure-gpu": (GPURecording, "gpu_reference.json", (1,), GPU_CHOICES, check_gpu_recording),
     "audit-engines": (EnginesRecording, "engines_reference.json", (1,), ENGINE_CHOICES, check_engines_recording),
+    "measure-engines": (EngineSpeedRecording, "engine_speed_reference.json", (1,), SPEED_CHOICES, check_engine_speed),
 }
 REFERENCE_PATHS = {kind: pathlib.Path(str(resources.files("specdec_lib") / "data" / file))
                    for kind, (_, file, *_) in _KINDS.items()}  # the committed recordings

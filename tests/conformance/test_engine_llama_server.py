@@ -33,6 +33,8 @@ def test_each_mode_has_its_command_line():
     ngram = els.server_command("s", "t.gguf", "ngram", port=1, k=3)
     assert _flag(ngram, "--spec-type") == "ngram-simple" and _flag(ngram, "--spec-ngram-simple-size-m") == "3"
     assert _flag(ngram, "--spec-ngram-simple-size-n") == "1" and "-md" not in ngram
+    wide = els.server_command("s", "t.gguf", "ngram", port=1, k=6, slots=2, ctx=1024, ngram_n=3)
+    assert _flag(wide, "-c") == "2048" and _flag(wide, "--spec-ngram-simple-size-n") == "3" and "--metrics" in wide
     synth = els.server_command("s", "t.gguf", "synthetic", port=1, k=3, draft="d.gguf")
     rates = [float(r) for r in _flag(synth, "--spec-synth-rates").split(",")]
     assert len(rates) == 3 and rates == sorted(rates, reverse=True) and all(0 < r < 1 for r in rates)
@@ -45,6 +47,10 @@ def test_command_line_errors_name_the_argument():
         els.server_command("s", "t", "draft", port=1)
     with pytest.raises(ValueError, match="k must be"):
         els.server_command("s", "t", "ngram", port=1, k=0)
+    with pytest.raises(ValueError, match="ngram_n must be"):
+        els.server_command("s", "t", "ngram", port=1, ngram_n=0)
+    with pytest.raises(ValueError, match="ctx must be"):
+        els.server_command("s", "t", "plain", port=1, ctx=0)
 
 
 def test_settings_map_to_a_request_in_the_kits_order():
@@ -172,3 +178,25 @@ def test_live_plain_passes_synthetic_fails_and_draft_keeps_plains_tokens(engine)
     synthetic, _ = audit_engine(engine, "synthetic", cases=cases)
     assert not synthetic.passed, str(synthetic)
     assert same_seed(engine, "draft", cases[0], n=100).all_equal
+
+
+@LIVE
+def test_the_speed_anchor_runs_its_code_path_on_tiny_models(tmp_path):
+    """make measure-engines' driver on two tiny GGUFs: the recording it writes reads back through the lab's reader,
+    greedy speculation gives plain's tokens, and the counts are the server's own."""
+    import importlib.util
+    import pathlib
+
+    from specdec_lib.lab.recordings import load_recording
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "measure_engines.py"
+    spec = importlib.util.spec_from_file_location("measure_engines", path)
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    out = tmp_path / "speed.json"
+    assert driver.main(["--tiny", "--repeats", "2", "--n-new", "16", "--json", str(out)]) == 0
+    rec = load_recording("measure-engines", out)
+    assert {r.mode for r in rec.runs} == {"plain", "draft", "ngram"} and len(rec.terms) == 3
+    assert all(r.equal_to_plain and len(r.passes) == 2 and all(p.n == 16 for p in r.passes) for r in rec.runs)
+    draft = [p for r in rec.runs if r.mode == "draft" for p in r.passes]
+    assert all(p.verified >= 1 and p.drafted >= p.verified for p in draft)  # the server drafted and verified
