@@ -39,7 +39,7 @@
 #                    the reports printed, specdec_lib/data/engines_reference.json rewritten (AUDIT_ENGINES_ARGS)
 #   make measure-engines  the CPU anchor: make engines-env and make real-pair, then the pair through llama-server
 #                    (plain, draft-simple, ngram-simple; Q4_K_M and F32) on measure-real's tasks, one thread
-#                    (benchmarks/measure_engines.py; ~40 min here); rewrites specdec_lib/data/engine_speed_reference.json
+#                    (benchmarks/measure_engines.py; 24 min here); rewrites specdec_lib/data/engine_speed_reference.json
 #                    (MEASURE_ENGINES_ARGS="--help"; --tiny: tiny GGUFs, seconds)
 #   make lock        regenerate requirements.lock from .venv, then environment.yml from the lock
 #   make clean       remove caches (keeps .venv);  make distclean  also removes .venv

@@ -156,6 +156,13 @@ def generate(server, prompt: list[int], n: int) -> tuple[ServerPass, list[int]]:
                       accepted=t.get("draft_n_accepted", 0), verified=int(verified)), answer["tokens"]
 
 
+def divergence(plain: list[int], repeats: list[list[int]]) -> int | None:
+    """The first position where any repeat's tokens leave plain's (None: every repeat equals plain's)."""
+    found = [next((i for i, (a, b) in enumerate(zip(plain, r)) if a != b), None if len(r) == len(plain)
+                  else min(len(r), len(plain))) for r in repeats]
+    return min((i for i in found if i is not None), default=None)
+
+
 def prefill_ms(server, prompt: list[int], extra: list[int], reps: int) -> float:
     """Median milliseconds of a pass over extra on top of the cached prompt (the server's prompt timing)."""
     times = []
@@ -190,15 +197,17 @@ def measure(weights, target, draft, prompts, a, bar) -> tuple[list, list, str]:
             T_1 = statistics.median(p.ms / p.steps for p in plain)
             draft_ms = statistics.median(generate(drafter.server("plain"), prompts[task], a.n_new)[0].ms / (a.n_new - 1)
                                          for _ in range(a.repeats))
-            server, cont = engine.server("plain"), tokens[task, "plain"][0]
-            c_v = [prefill_ms(server, prompts[task], cont[:k + 1], a.reps) / T_1 for k in CURVE]
+            cont = tokens[task, "plain"][0]
+            c_v, c_v_d = ([prefill_ms(e.server("plain"), prompts[task], cont[:k + 1], a.reps) / step for k in CURVE]
+                          for e, step in ((engine, T_1), (drafter, draft_ms)))
             bar.update()
-            t = SpeedTerms(weights=weights, task=task, T_1_ms=T_1, draft_ms=draft_ms, c_d=draft_ms / T_1, c_v=c_v)
+            t = SpeedTerms(weights=weights, task=task, T_1_ms=T_1, draft_ms=draft_ms, c_d=draft_ms / T_1, c_v=c_v,
+                           c_v_d=c_v_d)
             terms.append(t)
             for mode, (k, _) in MODES.items():
-                same = all(x == tokens[task, "plain"][0] for x in tokens[task, mode])
                 runs.append(speed_run(weights=weights, task=task, mode=mode, k=k, passes=passes[task, mode],
-                                      plain=plain, equal_to_plain=same, terms=t))
+                                      plain=plain, terms=t,
+                                      first_divergence=divergence(tokens[task, "plain"][0], tokens[task, mode])))
     finally:
         engine.close()
         drafter.close()
@@ -244,7 +253,10 @@ def main(argv=None) -> int:
                                     "--spec-draft-p-min 0 (4 drafted every round); ngram: --spec-type ngram-simple "
                                     "--spec-ngram-simple-size-n 3 --spec-ngram-simple-size-m 6",
                            "c_v": "a (k+1)-token pass over the cached prompt, the server's prompt_ms: one row of "
-                                  "logits where a verification scores k + 1 (a floor on the verifier)"}}
+                                  "logits where a verification scores k + 1 (a floor on the verifier); c_v_d the "
+                                  "same on the draft model over its own step",
+                           "overhead": "draft-simple re-evaluates each verified batch on the draft "
+                                       "(tools/server/server-context.cpp L4069-4076): O = c_d c_v_d(k) per round"}}
     a.json.parent.mkdir(parents=True, exist_ok=True)
     a.json.write_text(json.dumps(recording, indent=1) + "\n")
     rec = load_recording("measure-engines", a.json)  # the lab's one reader: the file must pass its checks
@@ -252,7 +264,7 @@ def main(argv=None) -> int:
         t = rec.terms_of(r.weights, r.task)
         print(f"{r.weights:7} {r.task:6} {r.mode:6} {r.ms_per_token:8.1f} ms/token  speedup {r.speedup:5.2f} "
               f"[{r.speedup_range[0]:.2f}, {r.speedup_range[1]:.2f}]  predicted {r.predicted:5.2f}  E[N] {r.e_n:4.2f}"
-              f"  c_d {t.c_d:.3f}  equal {r.equal_to_plain}")
+              f"  c_d {r.c_d:.3f}  c_v(4) {t.c_v[3]:.2f}  O {r.overhead:.2f}  first divergence {r.first_divergence}")
     print(f"wrote {a.json} in {machine['seconds']} s")
     return 0
 

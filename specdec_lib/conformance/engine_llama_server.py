@@ -8,7 +8,8 @@ flag, the request field is compiled out at b11434, the server's server-schema.cp
                          token equals it (sample-and-match, common/sampling.cpp L686-717)
   "draft probabilistic"  `--spec-draft-sampling probabilistic`: the draft samples, the target accepts with
                          min(1, p/q), else draws from max(0, p - q) (common/sampling.cpp L729-836)
-  "ngram"                `--spec-type ngram-simple` (lookup n-gram ngram_n, 1 here, k drafted tokens)
+  "ngram"                `--spec-type ngram-simple` (the last ngram_n tokens looked up, 1 by default; k drafted),
+                         sample-and-match
   "synthetic"            the draft model with `--spec-synth-rates`: drafts accepted at random, "benchmarking only"
                          (server-context.cpp L81-122): the negative control, it must fail
 
@@ -37,7 +38,7 @@ import torch
 from .._checks import check_choice, check_int
 from ..surface.settings import Settings
 
-__all__ = ["MODES", "SAMPLERS", "LlamaServerEngine", "Server", "binary_path", "server_command", "request_body",
+__all__ = ["MODES", "SAMPLERS", "LlamaServerEngine", "binary_path", "server_command", "request_body",
            "llama_server_unsupported"]
 
 MODES = ("plain", "draft", "draft probabilistic", "ngram", "synthetic")
@@ -117,7 +118,7 @@ def request_body(settings: Settings, prompt, n_predict: int, seed: int, *, logpr
     return body
 
 
-class Server:
+class _Server:
     """One llama-server process on a free port: started, waited for (/health), stopped by its own PID."""
 
     def __init__(self, cmd_for_port, log_path: Path, timeout: float):
@@ -234,7 +235,7 @@ class LlamaServerEngine:
         self.version = f"b{build.group(1)}" if build else "unknown"
         self.log_dir = self.binary.parent.parent / "server-logs"  # a log per mode, appended
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._servers: dict[str, tuple[int, Server]] = {}
+        self._servers: dict[str, tuple[int, _Server]] = {}
         self._pool = ThreadPoolExecutor(self.slots)
         self.start_seconds: dict[str, float] = {}  # mode: seconds from the process's start to a healthy server
         self.requests, self.request_seconds = 0, 0.0  # generation requests and the wall time they took
@@ -245,7 +246,7 @@ class LlamaServerEngine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def server(self, mode: str, k: int = 3) -> Server:
+    def server(self, mode: str, k: int = 3) -> _Server:
         """The running server of mode with drafts of k (started, or restarted when k changed)."""
         mode = check_choice("mode", mode, self.modes)
         k = 1 if mode == "plain" else check_int("k", k, minimum=1)
@@ -254,7 +255,7 @@ class LlamaServerEngine:
         if mode in self._servers:
             self._servers.pop(mode)[1].stop()
         log = self.log_dir / f"{mode.replace(' ', '-')}.log"
-        server = Server(lambda port: server_command(self.binary, self.model, mode, port=port, k=k, draft=self.draft,
+        server = _Server(lambda port: server_command(self.binary, self.model, mode, port=port, k=k, draft=self.draft,
                                                      slots=self.slots, threads=self.threads, ctx=self.ctx,
                                                      ngram_n=self.ngram_n), log, START_TIMEOUT)
         self._servers[mode] = (k, server)
@@ -265,14 +266,14 @@ class LlamaServerEngine:
         """None, or why the server's semantics differ from the kit's (llama_server_unsupported)."""
         return llama_server_unsupported(settings, self.eos)
 
-    def _probe(self, server: Server, context: tuple[int, ...], penalty: float | None) -> torch.Tensor:
+    def _probe(self, server: _Server, context: tuple[int, ...], penalty: float | None) -> torch.Tensor:
         """The row after context: raw log softmax (penalty None), or after a repetition penalty on the last token."""
         body = {"prompt": list(context), "n_predict": 1, "n_probs": self.vocab, "seed": 0, "temperature": 1.0,
                 "samplers": ["penalties"] if penalty else [], "repeat_penalty": penalty or 1.0, "repeat_last_n": 1,
                 "post_sampling_probs": penalty is not None, "response_fields": ["completion_probabilities"]}
         return _row(server.post("/completion", body), self.vocab)
 
-    def _offset(self, server: Server, context: tuple[int, ...], a: torch.Tensor) -> float:
+    def _offset(self, server: _Server, context: tuple[int, ...], a: torch.Tensor) -> float:
         """raw logits - log softmax, from the penalty's effect on the last token t (its raw logit l): the other
         tokens move by the normaliser only, t by l/r - l when l > 0, else l*r - l; r = 2 and 1/2 tell the sign."""
         t = context[-1]
@@ -299,7 +300,7 @@ class LlamaServerEngine:
         a = self._probe(server, context, None)
         return a + self._offset(server, context, a)
 
-    def _one(self, server: Server, prompt: tuple[int, ...], settings: Settings, seed: int) -> tuple:
+    def _one(self, server: _Server, prompt: tuple[int, ...], settings: Settings, seed: int) -> tuple:
         """One seeded generation; an EOS the settings do not name is continued past by a fresh request (the server
         always stops at its EOS), seeded from seed and the part's index."""
         tokens, logprobs, part = [], [], 0

@@ -9,8 +9,11 @@ verification (a draft of k_i tokens scored at once, 1 + accepted_i tokens kept) 
 
 The terms, per weights and task (SpeedTerms): T_1 the plain run's milliseconds per token; c_d the draft model's own
 plain milliseconds per token over T_1; c_v(k) a (k+1)-token pass over the cached prompt over T_1 (the server's
-prompt timing: it scores one row of logits where a verification scores k + 1, so it is a floor on the verifier).
-predicted() puts them into the cost equation (cost.py) over the whole run, one round of all its target passes.
+prompt timing: it scores one row of logits where a verification scores k + 1, so it is a floor on the verifier), and
+the draft model's c_v_d(k), the same pass on the draft over its own step. draft-simple re-evaluates every verified
+batch on the draft too (tools/server/server-context.cpp L4069-4076 at b11434, "for now, always re-evaluate"): an
+overhead of c_d c_v_d(k) per round. predicted() puts the terms into the cost equation (cost.py) over the whole run,
+one round of all its target passes.
 benchmarks/measure_engines.py (`make measure-engines`) writes the file; recordings.py registers and reads it.
 """
 from __future__ import annotations
@@ -18,11 +21,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from .._checks import check_choice
 from ..cost import cost_equation
 from .model_manifest import ModelManifest
+from .schema import find_row
 
 __all__ = ["SPEED_CHOICES", "ServerPass", "SpeedTerms", "SpeedRun", "EngineSpeedRecording", "c_v_between",
-           "predicted", "c_v_implied", "speed_run", "check_engine_speed"]
+           "redraft", "predicted", "c_v_implied", "speed_run", "check_engine_speed"]
 
 SPEED_CHOICES = {"weights": ("Q4_K_M", "F32"), "mode": ("plain", "draft", "ngram"), "task": ("code", "prose", "edit")}
 
@@ -58,6 +63,7 @@ class SpeedTerms:
     draft_ms: float  # the draft model's own plain milliseconds per token
     c_d: float  # draft_ms / T_1_ms
     c_v: list[float]  # c_v(k) for k = 1, 2, ..., len(c_v): a (k+1)-token pass over the cached prompt / T_1
+    c_v_d: list[float]  # the draft model's c_v_d(k): the same pass on the draft / its own step (draft_ms)
 
 
 @dataclass(frozen=True)
@@ -68,15 +74,18 @@ class SpeedRun:
     task: str
     mode: str  # SPEED_CHOICES
     k: int  # tokens drafted at most per round (0: plain)
+    c_d: float  # the drafter's cost per drafted token over T_1: the draft model's c_d, 0 for n-gram lookup
+    overhead: float  # per verification pass, over T_1: the draft's re-evaluation c_d c_v_d(k-bar) (0 for lookup)
     passes: list[ServerPass]  # one per repeat
     equal_to_plain: bool  # every repeat's tokens are plain's (greedy): a sample-and-match engine's promise
+    first_divergence: int | None  # the first position where a repeat's tokens leave plain's (None: equal)
     ms_per_token: float  # median over repeats of ms / steps
     speedup: float  # median over repeats of plain's ms per token in the same repeat over this run's
     speedup_range: list[float]  # [min, max] over repeats
     e_n: float  # tokens per verification pass, 1 + accepted / verified (1 where none ran)
     alpha: float  # accepted / drafted (0 where nothing was drafted)
     predicted: float  # the cost equation on SpeedTerms and this run's counts (predicted())
-    c_v_implied: float | None  # what a verification pass took here, over T_1 (c_v_implied(); None: none ran)
+    c_v_implied: float | None  # a verification pass and its overhead here, over T_1 (c_v_implied(); None: none ran)
 
 
 @dataclass(frozen=True)
@@ -95,19 +104,11 @@ class EngineSpeedRecording:
 
     def run(self, weights: str, task: str, mode: str) -> SpeedRun:
         """The run of mode on weights and task (ValueError listing the recorded triples otherwise)."""
-        for r in self.runs:
-            if (r.weights, r.task, r.mode) == (weights, task, mode):
-                return r
-        have = sorted({(r.weights, r.task, r.mode) for r in self.runs})
-        raise ValueError(f"(weights, task, mode) must be one of {have}; got {(weights, task, mode)}")
+        return find_row(self.runs, ("weights", "task", "mode"), (weights, task, mode))
 
     def terms_of(self, weights: str, task: str) -> SpeedTerms:
-        """The terms measured for weights and task."""
-        for t in self.terms:
-            if (t.weights, t.task) == (weights, task):
-                return t
-        raise ValueError(f"(weights, task) must be one of {sorted((t.weights, t.task) for t in self.terms)}; got "
-                         f"{(weights, task)}")
+        """The terms measured for weights and task (ValueError listing the recorded pairs otherwise)."""
+        return find_row(self.terms, ("weights", "task"), (weights, task))
 
 
 def c_v_between(c_v: list[float], k: float) -> float:
@@ -120,36 +121,50 @@ def c_v_between(c_v: list[float], k: float) -> float:
     return c_v[i - 1] + (k - i) * (c_v[i] - c_v[i - 1])
 
 
-def predicted(p: ServerPass, terms: SpeedTerms) -> float:
+def redraft(p: ServerPass, terms: SpeedTerms, *, model: bool) -> float:
+    """The overhead O per verification pass, over T_1: a draft model re-evaluates the verified batch,
+    c_d c_v_d(k-bar); a lookup has nothing to re-evaluate (0)."""
+    return terms.c_d * c_v_between(terms.c_v_d, p.drafted / p.verified) if model and p.verified else 0.0
+
+
+def predicted(p: ServerPass, terms: SpeedTerms, *, c_d: float, overhead: float) -> float:
     """The cost equation over one run as a single round: E[N] the run's steps; the draft's steps are its drafted
-    tokens (c_d each); the verifier is every verification pass at the mean draft length (c_v(k-bar) each) plus the
-    plain steps (1 each). With a draft every round of k it is E[N(k)] / (k c_d + c_v(k))."""
+    tokens (c_d each: the drafter's cost); the verifier is every verification pass at the mean draft length
+    (c_v(k-bar) each) plus the plain steps (1 each); the overhead O per verification pass. With a draft every
+    round of k it is E[N(k)] / (k c_d + c_v(k) + O)."""
     verify = p.plain_steps + (p.verified * c_v_between(terms.c_v, p.drafted / p.verified) if p.verified else 0.0)
-    return float(cost_equation(p.steps, draft_steps=p.drafted, c_d=terms.c_d, c_v=verify))
+    return float(cost_equation(p.steps, draft_steps=p.drafted, c_d=c_d, c_v=verify, overhead=p.verified * overhead))
 
 
-def c_v_implied(p: ServerPass, terms: SpeedTerms) -> float | None:
-    """A verification pass's cost in this run, over T_1: the time left after the plain steps and the drafting
-    (drafted c_d T_1), per verification pass; None where none ran."""
+def c_v_implied(p: ServerPass, terms: SpeedTerms, *, c_d: float) -> float | None:
+    """A verification pass's cost in this run with its overhead, over T_1: the time left after the plain steps and
+    the drafting (drafted c_d T_1), per verification pass (c_v(k-bar) + O by the terms); None where none ran."""
     if not p.verified:
         return None
-    return (p.ms / terms.T_1_ms - p.plain_steps - p.drafted * terms.c_d) / p.verified
+    return (p.ms / terms.T_1_ms - p.plain_steps - p.drafted * c_d) / p.verified
 
 
 def speed_run(*, weights: str, task: str, mode: str, k: int, passes: list[ServerPass], plain: list[ServerPass],
-              equal_to_plain: bool, terms: SpeedTerms) -> SpeedRun:
-    """A SpeedRun from its repeats and plain's (repeat i against plain's repeat i); terms from the plain runs."""
+              first_divergence: int | None, terms: SpeedTerms) -> SpeedRun:
+    """A SpeedRun from its repeats and plain's (repeat i against plain's repeat i), terms from the plain runs; mode
+    "draft" drafts with the draft model (c_d, and its re-evaluation as overhead), "ngram" by lookup (free)."""
+    model = check_choice("mode", mode, SPEED_CHOICES["mode"]) == "draft"
+    c_d = terms.c_d if model else 0.0
     if len(passes) != len(plain) or not passes:
         raise ValueError(f"passes and plain must hold one ServerPass per repeat, got {len(passes)} and {len(plain)}")
     per_token = [p.ms / p.steps for p in passes]
     ratios = [(b.ms / b.steps) / t for b, t in zip(plain, per_token)]
     drafted, accepted, verified = (sum(getattr(p, f) for p in passes) for f in ("drafted", "accepted", "verified"))
-    implied = [c_v_implied(p, terms) for p in passes]
-    return SpeedRun(weights=weights, task=task, mode=mode, k=k, passes=passes, equal_to_plain=equal_to_plain,
+    implied = [c_v_implied(p, terms, c_d=c_d) for p in passes]
+    overheads = [redraft(p, terms, model=model) for p in passes]
+    return SpeedRun(weights=weights, task=task, mode=mode, k=k, c_d=c_d, overhead=statistics.median(overheads),
+                    passes=passes,
+                    equal_to_plain=first_divergence is None, first_divergence=first_divergence,
                     ms_per_token=statistics.median(per_token), speedup=statistics.median(ratios),
                     speedup_range=[min(ratios), max(ratios)], e_n=1 + accepted / verified if verified else 1.0,
                     alpha=accepted / drafted if drafted else 0.0,
-                    predicted=statistics.median(predicted(p, terms) for p in passes),
+                    predicted=statistics.median(predicted(p, terms, c_d=c_d, overhead=o)
+                                                for p, o in zip(passes, overheads)),
                     c_v_implied=None if None in implied else statistics.median(implied))
 
 
@@ -172,9 +187,14 @@ def check_engine_speed(rec: EngineSpeedRecording) -> None:
                     p.drafted > r.k * p.verified or (r.mode == "plain" and p.drafted):
                 raise ValueError(f"{where}.passes[{j}]: counts must add up (n {p.n}, drafted {p.drafted}, accepted "
                                  f"{p.accepted}, verified {p.verified}, at most k = {r.k} drafted per pass)")
+        if r.equal_to_plain != (r.first_divergence is None):
+            raise ValueError(f"{where}: equal_to_plain must say whether first_divergence is None")
+        if min(r.c_d, r.overhead) < 0 or (r.mode != "draft" and (r.c_d or r.overhead)):
+            raise ValueError(f"{where}: c_d and overhead must be >= 0, and 0 without a draft model")
         lo, hi = r.speedup_range
         if not lo <= r.speedup <= hi:
             raise ValueError(f"{where}: speedup {r.speedup} must lie within its range {r.speedup_range}")
     for i, t in enumerate(rec.terms):
-        if min(t.T_1_ms, t.draft_ms, t.c_d) <= 0 or not t.c_v or min(t.c_v) <= 0:
-            raise ValueError(f"terms[{i}] ({t.weights}, {t.task}): T_1, the draft's time, c_d and c_v must be > 0")
+        if min(t.T_1_ms, t.draft_ms, t.c_d) <= 0 or not t.c_v or min(t.c_v) <= 0 or not t.c_v_d or min(t.c_v_d) <= 0:
+            raise ValueError(f"terms[{i}] ({t.weights}, {t.task}): T_1, the draft's time, c_d, c_v and c_v_d must "
+                             f"be > 0")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .schema import find_row
+
 __all__ = ["ENGINE_CHOICES", "EngineInstall", "EngineVerdict", "SameSeedRow", "Reproduction", "EnginesRecording",
            "check_engines_recording"]
 
@@ -87,11 +89,7 @@ class EnginesRecording:
 
     def verdict(self, engine: str, mode: str, case: str) -> EngineVerdict:
         """The verdict on case in engine's mode (ValueError listing the recorded triples otherwise)."""
-        for v in self.verdicts:
-            if (v.engine, v.mode, v.case) == (engine, mode, case):
-                return v
-        have = sorted({(v.engine, v.mode, v.case) for v in self.verdicts})
-        raise ValueError(f"(engine, mode, case) must be one of {have}; got {(engine, mode, case)}")
+        return find_row(self.verdicts, ("engine", "mode", "case"), (engine, mode, case))
 
     def table(self, engine: str) -> dict[str, dict[str, EngineVerdict]]:
         """mode -> case -> verdict for one engine, in the recorded order."""

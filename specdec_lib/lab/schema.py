@@ -15,7 +15,7 @@ import types
 import typing
 from dataclasses import MISSING, fields, is_dataclass
 
-__all__ = ["load_checked"]
+__all__ = ["load_checked", "find_row"]
 
 
 def _value(hint, x, where: str, choices: dict):
@@ -85,3 +85,12 @@ def load_checked(cls, path, *, schemas: tuple[int, ...], choices: dict | None = 
     except (TypeError, ValueError) as e:
         raise type(e)(f"{path}: {e}") from None
     return record
+
+
+def find_row(rows, fields: tuple[str, ...], wanted: tuple):
+    """The first of a recording's rows whose fields equal wanted; else a ValueError listing the recorded values."""
+    for row in rows:
+        if tuple(getattr(row, f) for f in fields) == tuple(wanted):
+            return row
+    have = sorted({tuple(getattr(row, f) for f in fields) for row in rows})
+    raise ValueError(f"({', '.join(fields)}) must be one of {have}; got {tuple(wanted)}")

