@@ -30,10 +30,13 @@ import time
 from tqdm import tqdm
 
 from specdec_lib.conformance.engine_llama_server import LlamaServerEngine, server_command
+from specdec_lib.conformance.gguf_model import hf_name
 from specdec_lib.lab.engine_speed import ServerPass, SpeedTerms, speed_run
 from specdec_lib.lab.recordings import REFERENCE_PATHS, SCHEMAS, load_recording
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tools"))
+from real_files import file_record  # noqa: E402  (make real-pair's file records: name, size, sha256)
 from real_tasks import TASKS, task_prompt, tiny_task_prompt  # noqa: E402  (beside this script)
 
 MODES = {"plain": (0, 1), "draft": (4, 1), "ngram": (6, 3)}  # mode: (k, ngram_n): measure_real's KS, lookup m = 3
@@ -58,10 +61,6 @@ def _args(argv):
     return a
 
 
-def _sha256(path: pathlib.Path) -> str:
-    return subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True).stdout.split()[0]
-
-
 def _f32(gguf: pathlib.Path) -> pathlib.Path:
     """gguf dequantised to F32 by llama-quantize (built beside llama-server once), cached in the engines' models."""
     out = ENGINES / "models" / "real-pair-f32" / gguf.name.replace(".gguf", "-f32.gguf")
@@ -78,22 +77,16 @@ def _f32(gguf: pathlib.Path) -> pathlib.Path:
 
 def same_weights(gguf: pathlib.Path, folder: pathlib.Path) -> str:
     """Whether an F32 GGUF holds the lab's float32 weights bit for bit: every tensor against the safetensors of
-    `make real-pair` (transformers' dequantisation of the same Q4_K_M), matched by shape and order of the layers."""
+    `make real-pair` (transformers' dequantisation of the same Q4_K_M), matched by name (gguf_model.hf_name)."""
     import numpy as np
     from gguf import GGUFReader
     from safetensors import safe_open
 
-    names = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
-             "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_q": "self_attn.q_proj",
-             "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-             "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
     equal = total = 0
     with safe_open(str(folder / "model.safetensors"), "np") as f:
         keys = set(f.keys())
         for t in GGUFReader(str(gguf)).tensors:
-            parts = t.name.split(".")  # blk.<i>.<name>.<weight|bias> or <name>.<weight|bias>
-            name = (f"model.layers.{parts[1]}.{names[parts[2]]}.{parts[3]}" if parts[0] == "blk"
-                    else f"{names[parts[0]]}.{parts[1]}")
+            name = hf_name(t.name)
             if name == "lm_head.weight" and name not in keys:  # tied to the embedding
                 name = "model.embed_tokens.weight"
             y = f.get_tensor(name)
@@ -117,7 +110,7 @@ def real_pair(weights: str):
             gguf = _f32(gguf)
             same = same_weights(gguf, locate(spec)[0])
             m = dict(m, source=f"{m['source']}; dequantised to F32 by llama-quantize --allow-requantize: {same}",
-                     files=[{"path": gguf.name, "bytes": gguf.stat().st_size, "sha256": _sha256(gguf)}])
+                     files=[file_record(gguf, progress=False)])
         else:
             m = dict(m, files=[f for f in m["files"] if f["path"].endswith(".gguf")])
         files[role] = gguf
@@ -133,7 +126,7 @@ def tiny_pair(root: pathlib.Path):
                      for r, s in (("target", 0), ("draft", 1)))
     manifests = [{"role": role, "name": f"tiny llama {role}", "source": "conformance.gguf_model.tiny_llama_gguf",
                   "licence": "the project's", "header": {}, "params": 0,
-                  "files": [{"path": g.path.name, "bytes": g.path.stat().st_size, "sha256": _sha256(g.path)}]}
+                  "files": [file_record(g.path, progress=False)]}
                  for role, g in (("target", target), ("draft", draft))]
     return target.path, draft.path, manifests
 

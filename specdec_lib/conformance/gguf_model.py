@@ -21,7 +21,8 @@ from .._checks import check_int
 from ..surface.tiny_model import TinyConfig, tiny_causal_lm
 
 __all__ = ["GGUF_MAGIC", "GGUF_VERSION", "ALIGNMENT", "VALUE_TYPES", "TOKEN_TYPES", "GGUFTensor", "TinyGGUF",
-           "rope_permute", "gguf_vocabulary", "gguf_metadata", "gguf_tensors", "write_gguf", "tiny_llama_gguf"]
+           "GGUF_LAYER", "GGUF_GLOBAL", "hf_name", "rope_permute", "gguf_vocabulary", "gguf_metadata", "gguf_tensors",
+           "write_gguf", "tiny_llama_gguf"]
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -153,6 +154,25 @@ def _f32_bytes(t: torch.Tensor) -> bytes:
     return t.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy().astype("<f4").tobytes()
 
 
+GGUF_LAYER = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+              "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+              "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}  # llama.cpp's
+# per-layer tensor names (blk.<i>.<name>) -> transformers' (model.layers.<i>.<name>), in the order a GGUF holds them
+GGUF_GLOBAL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+
+
+def hf_name(name: str) -> str:
+    """The transformers name of a llama.cpp tensor name of a llama or qwen2 model: blk.<i>.<name>.<weight|bias>
+    or <name>.weight."""
+    parts = name.split(".") if isinstance(name, str) else []
+    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in GGUF_LAYER:
+        return f"model.layers.{parts[1]}.{GGUF_LAYER[parts[2]]}.{parts[3]}"
+    if len(parts) == 2 and parts[0] in GGUF_GLOBAL:
+        return f"{GGUF_GLOBAL[parts[0]]}.{parts[1]}"
+    raise ValueError(f"name must be a llama.cpp tensor name (blk.<i>.<{'|'.join(GGUF_LAYER)}>.<weight|bias> or "
+                     f"<{'|'.join(GGUF_GLOBAL)}>.weight), got {name!r}")
+
+
 def gguf_tensors(model) -> list[GGUFTensor]:
     """A transformers Llama's weights under llama.cpp's tensor names, Q and K rows permuted (rope_permute)."""
     config = _llama_config(model)
@@ -160,15 +180,9 @@ def gguf_tensors(model) -> list[GGUFTensor]:
     state = model.state_dict()
     if "lm_head.weight" not in state:  # tied embeddings: llama.cpp reads token_embd.weight for the head too
         state = {**state, "lm_head.weight": state["model.embed_tokens.weight"]}
-    names = [("token_embd.weight", "model.embed_tokens.weight")]
-    per_layer = {"attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-                 "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-                 "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-                 "ffn_down": "mlp.down_proj"}
-    for layer in range(config.num_hidden_layers):
-        names += [(f"blk.{layer}.{ours}.weight", f"model.layers.{layer}.{theirs}.weight")
-                  for ours, theirs in per_layer.items()]
-    names += [("output_norm.weight", "model.norm.weight"), ("output.weight", "lm_head.weight")]
+    ours = ["token_embd.weight", *(f"blk.{layer}.{n}.weight" for layer in range(config.num_hidden_layers)
+                                   for n in GGUF_LAYER), "output_norm.weight", "output.weight"]
+    names = [(n, hf_name(n)) for n in ours]
     out = []
     for ours, theirs in names:
         weight = state[theirs]

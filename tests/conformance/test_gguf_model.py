@@ -208,3 +208,14 @@ def test_transformers_gguf_loader_reads_back_the_same_logits(written):
     # the loader un-permutes Q and K: the same float32 weights in the same order, so the same logits bit for bit
     # (measured 0.0); 1e-6 leaves room for a kernel that orders a sum differently, far below a wrong layout (~1)
     assert (ours - theirs).abs().max().item() <= 1e-6
+
+
+def test_hf_name_maps_llama_cpp_names_back_to_transformers():
+    from specdec_lib.conformance.gguf_model import GGUF_LAYER, hf_name
+
+    assert hf_name("blk.12.attn_q.bias") == "model.layers.12.self_attn.q_proj.bias"  # qwen2's biases too
+    assert hf_name("token_embd.weight") == "model.embed_tokens.weight" and hf_name("output.weight") == "lm_head.weight"
+    assert len({hf_name(f"blk.0.{n}.weight") for n in GGUF_LAYER}) == len(GGUF_LAYER)  # one name each
+    for bad in ("blk.x.attn_q.weight", "blk.0.attn_qkv.weight", "rope_freqs.weight", 3):
+        with pytest.raises(ValueError, match="name must be a llama.cpp tensor name"):
+            hf_name(bad)
