@@ -145,11 +145,6 @@ def speed_terms_table(rec: EngineSpeedRecording | None = None) -> str:
     return "\n".join(lines)
 
 
-def _lab(real: RealRecording, task: str, draft: str):
-    """measure-real's float32 greedy run of draft on task (its first matmul path)."""
-    return next(r for r in real.runs if (r.task, r.draft, r.dtype, r.temperature) == (task, draft, "float32", 0.0))
-
-
 def lab_and_engine_table(rec: EngineSpeedRecording | None = None, real: RealRecording | None = None) -> str:
     """Per task, plain milliseconds per token (and the lab's over each), c_v(4), and each speculative speedup: the
     lab's float32 loop (measure-real: the model draft, k = 4; prompt lookup, k = 6) beside llama-server's draft and
@@ -158,7 +153,7 @@ def lab_and_engine_table(rec: EngineSpeedRecording | None = None, real: RealReco
     weights = list(dict.fromkeys(r.weights for r in rec.runs))
     lines = [f"{'task':<7}{'who':<22}{'T_1 ms':>8}{'lab/this':>10}{'c_v(4)':>8}{'draft':>8}{'lookup':>8}"]
     for task in dict.fromkeys(t.task for t in rec.terms):
-        lab = {d: _lab(real, task, d) for d in LAB.values()}
+        lab = {d: real.run(task, d) for d in LAB.values()}  # greedy float32
         lab_ms = lab["model"].T_1 * 1000
         lines.append(f"{task:<7}{'lab loop, float32':<22}{lab_ms:>8.0f}{1:>10.2f}{lab['model'].c_v:>8.2f}"
                      f"{lab['model'].measured:>8.2f}{lab['lookup'].measured:>8.2f}")
@@ -179,7 +174,7 @@ def plot_engine_speed(rec: EngineSpeedRecording | None = None, real: RealRecordi
     shades = [COLORS["neutral"], COLORS["target"], COLORS["draft"]]
     for ax, mode in zip(axes, LAB):
         w = 0.8 / (1 + len(weights))
-        ax.bar([i - 0.4 + w / 2 for i in range(len(tasks))], [_lab(real, t, LAB[mode]).measured for t in tasks], w,
+        ax.bar([i - 0.4 + w / 2 for i in range(len(tasks))], [real.run(t, LAB[mode]).measured for t in tasks], w,
                color=shades[0], label="lab loop, float32")
         for j, name in enumerate(weights, start=1):
             runs = [rec.run(name, t, mode) for t in tasks]
